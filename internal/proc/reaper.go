@@ -1,0 +1,145 @@
+package proc
+
+import (
+	"errors"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Reaper is the only caller of wait4 in the agent.
+//
+// The agent is a child subreaper, so every orphaned descendant becomes its
+// child; something must reap those or they stay zombies forever. But a
+// wait4(-1) loop would steal the exit status of children that others wait
+// for (exec.Cmd.Wait returns ECHILD). So nobody but the Reaper waits:
+// whoever starts a process does it through Start, which registers the pid
+// before the reap loop can see it exit, and receives the status on a channel.
+// Statuses of pids nobody registered (orphans) are discarded.
+type Reaper struct {
+	// mu is held for reading while a process is forked and registered and
+	// for writing while reaping, so an exit can never be reaped before its
+	// waiter is registered.
+	mu      sync.RWMutex
+	wmu     sync.Mutex
+	waiters map[int]chan Status
+	sigs    chan os.Signal
+	stop    chan struct{}
+	done    chan struct{}
+	reaped  uint64 // orphans reaped, for tests and metrics
+}
+
+// Status is how a process ended.
+type Status struct {
+	Pid    int
+	Wait   unix.WaitStatus
+	Rusage unix.Rusage
+}
+
+// ExitCode returns the exit code, or -1 if the process was killed by a signal.
+func (s Status) ExitCode() int {
+	if s.Wait.Exited() {
+		return s.Wait.ExitStatus()
+	}
+	return -1
+}
+
+// NewReaper makes the agent a child subreaper and starts the reap loop.
+// Close stops it. Only one Reaper may run in a process.
+func NewReaper() (*Reaper, error) {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return nil, err
+	}
+	r := &Reaper{
+		waiters: make(map[int]chan Status),
+		sigs:    make(chan os.Signal, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	signal.Notify(r.sigs, syscall.SIGCHLD)
+	go r.loop()
+	return r, nil
+}
+
+// Start runs fork (which must create exactly one child and return its pid)
+// and returns a channel that receives the child's status once.
+func (r *Reaper) Start(fork func() (int, error)) (int, <-chan Status, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	pid, err := fork()
+	if err != nil {
+		return 0, nil, err
+	}
+	ch := make(chan Status, 1)
+	r.wmu.Lock()
+	r.waiters[pid] = ch
+	r.wmu.Unlock()
+	return pid, ch, nil
+}
+
+// ForkExec is Start for syscall.ForkExec.
+func (r *Reaper) ForkExec(path string, argv []string, attr *syscall.ProcAttr) (int, <-chan Status, error) {
+	return r.Start(func() (int, error) { return syscall.ForkExec(path, argv, attr) })
+}
+
+// Orphans returns how many unregistered processes were reaped.
+func (r *Reaper) Orphans() uint64 {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	return r.reaped
+}
+
+// Close stops the reap loop. Processes still running are not waited for.
+func (r *Reaper) Close() {
+	select {
+	case <-r.stop:
+		return
+	default:
+	}
+	signal.Stop(r.sigs)
+	close(r.stop)
+	<-r.done
+}
+
+func (r *Reaper) loop() {
+	defer close(r.done)
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-r.sigs:
+			r.reapAll()
+		}
+	}
+}
+
+// reapAll collects every exited child; SIGCHLD signals coalesce, so one
+// signal may stand for many exits.
+func (r *Reaper) reapAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for {
+		var st Status
+		pid, err := unix.Wait4(-1, &st.Wait, unix.WNOHANG, &st.Rusage)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+		st.Pid = pid
+		r.wmu.Lock()
+		ch, ok := r.waiters[pid]
+		delete(r.waiters, pid)
+		if !ok {
+			r.reaped++
+		}
+		r.wmu.Unlock()
+		if ok {
+			ch <- st
+		}
+	}
+}

@@ -1,0 +1,237 @@
+package stream
+
+import (
+	"encoding/json"
+	"sync"
+	"time"
+)
+
+// Kind names what a stream is; it appears in `list` and `attach` results.
+type Kind string
+
+const (
+	KindProcess  Kind = "process"
+	KindPTY      Kind = "pty"
+	KindWatch    Kind = "watch"
+	KindCell     Kind = "cell"
+	KindChannels Kind = "kernel_channels"
+)
+
+// DefaultGrace is how long a Block stream keeps blocking after its last
+// client went away: long enough to reconnect after a VM resume.
+const DefaultGrace = 30 * time.Second
+
+// ChannelSpec describes one channel of a new stream.
+type ChannelSpec struct {
+	Name     string
+	Unit     Unit
+	Policy   Policy
+	Capacity int // bytes or events; 0 picks the default for the unit
+}
+
+// Config describes a new stream.
+type Config struct {
+	Kind     Kind
+	Channels []ChannelSpec
+	Grace    time.Duration // for Block channels; negative means none
+	Pid      int
+	Tag      string
+	Argv     []string
+	// Control is the producer's handle for ops on the stream (signal,
+	// input, resize...); the endpoint asserts the interfaces it needs.
+	Control any
+}
+
+// Stream is one long-lived producer with its channel logs.
+type Stream struct {
+	ID      uint64
+	Kind    Kind
+	Pid     int
+	Tag     string
+	Argv    []string
+	Control any
+	Created time.Time
+
+	mu         sync.Mutex
+	logs       []*Log
+	changed    chan struct{}
+	grace      time.Duration
+	attached   int
+	lastDetach time.Time
+	end        *End
+	endedAt    time.Time
+	done       chan struct{}
+}
+
+func newStream(id uint64, cfg Config, now time.Time) *Stream {
+	s := &Stream{
+		ID: id, Kind: cfg.Kind, Pid: cfg.Pid, Tag: cfg.Tag, Argv: cfg.Argv,
+		Control: cfg.Control, Created: now,
+		changed: make(chan struct{}), grace: cfg.Grace,
+		lastDetach: now, done: make(chan struct{}),
+	}
+	if s.grace == 0 {
+		s.grace = DefaultGrace
+	}
+	for _, c := range cfg.Channels {
+		l := &Log{s: s, name: c.Name, unit: c.Unit, policy: c.Policy, capacity: c.Capacity}
+		if l.capacity <= 0 {
+			l.capacity = DefaultByteCapacity
+			if c.Unit == Events {
+				l.capacity = DefaultEventCapacity
+			}
+		}
+		if c.Unit == Events {
+			l.maxBytes = DefaultEventBytes
+		}
+		s.logs = append(s.logs, l)
+	}
+	return s
+}
+
+// Log returns the channel with the given name, or nil.
+func (s *Stream) Log(name string) *Log {
+	for _, l := range s.logs {
+		if l.name == name {
+			return l
+		}
+	}
+	return nil
+}
+
+// Logs returns the stream's channels in their fixed order.
+func (s *Stream) Logs() []*Log { return s.logs }
+
+// Done is closed when the stream has ended.
+func (s *Stream) Done() <-chan struct{} { return s.done }
+
+// Finish closes every log and records how the stream ended. Producers call
+// it after their last write; later writes fail with ErrClosed. Only the
+// first call counts.
+func (s *Stream) Finish(e End) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.end != nil {
+		return
+	}
+	for _, l := range s.logs {
+		l.closed = true
+	}
+	s.end = &e
+	s.endedAt = time.Now()
+	close(s.done)
+	s.notifyLocked()
+}
+
+// Ended returns the end record, or nil while the stream runs.
+func (s *Stream) Ended() *End {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.end
+}
+
+// Cursors returns every channel's end position: what a client has when it
+// has consumed all that was written so far.
+func (s *Stream) Cursors() map[string]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cursorsLocked(nil)
+}
+
+func (s *Stream) cursorsLocked(pos []uint64) map[string]uint64 {
+	c := make(map[string]uint64, len(s.logs))
+	for i, l := range s.logs {
+		if pos != nil {
+			c[l.name] = pos[i]
+		} else {
+			c[l.name] = l.end
+		}
+	}
+	return c
+}
+
+// notifyLocked wakes everyone waiting on the stream.
+func (s *Stream) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// inGraceLocked reports whether Block logs must still hold unacknowledged
+// data: a client is attached, or the last one left less than grace ago.
+func (s *Stream) inGraceLocked() bool {
+	return s.attached > 0 || (s.grace > 0 && time.Since(s.lastDetach) < s.grace)
+}
+
+// waiter is a blocked writer's wait: until the stream changes, or until the
+// grace period runs out (which changes what a write may discard).
+type waiter struct {
+	ch       <-chan struct{}
+	deadline time.Time
+}
+
+func (s *Stream) waiterLocked() *waiter {
+	w := &waiter{ch: s.changed}
+	if s.attached == 0 && s.grace > 0 {
+		w.deadline = s.lastDetach.Add(s.grace)
+	}
+	return w
+}
+
+func (w *waiter) do() {
+	if w.deadline.IsZero() {
+		<-w.ch
+		return
+	}
+	t := time.NewTimer(time.Until(w.deadline))
+	defer t.Stop()
+	select {
+	case <-w.ch:
+	case <-t.C:
+	}
+}
+
+// Reason is why a stream, or one attachment to it, ended.
+type Reason string
+
+const (
+	ReasonExit   Reason = "exit"
+	ReasonDone   Reason = "done"
+	ReasonClosed Reason = "closed"
+	ReasonResume Reason = "resume"
+	ReasonError  Reason = "error"
+)
+
+// End records how a stream ended. Which fields are encoded depends on the
+// reason, as the protocol's `end` event says.
+type End struct {
+	Reason         Reason
+	ExitCode       *int   // exit
+	Signal         string // exit: signal name, "" for none
+	Status         string // done: ok, error, aborted
+	ExecutionCount *int   // done
+	Message        string // error, and optional detail for others
+}
+
+// Fields returns the end's reason-specific fields for JSON encoding.
+func (e End) Fields() map[string]any {
+	m := map[string]any{"reason": e.Reason}
+	switch e.Reason {
+	case ReasonExit:
+		m["exit_code"] = e.ExitCode
+		if e.Signal != "" {
+			m["signal"] = e.Signal
+		} else {
+			m["signal"] = nil
+		}
+	case ReasonDone:
+		m["status"] = e.Status
+		m["execution_count"] = e.ExecutionCount
+	}
+	if e.Message != "" {
+		m["message"] = e.Message
+	}
+	return m
+}
+
+// MarshalJSON encodes the end as its reason-specific fields.
+func (e End) MarshalJSON() ([]byte, error) { return json.Marshal(e.Fields()) }

@@ -1,0 +1,160 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Code is a protocol error code. The set is closed: SDKs branch on it.
+type Code string
+
+const (
+	CodeBadRequest  Code = "bad_request"
+	CodeNotFound    Code = "not_found"
+	CodeConflict    Code = "conflict"
+	CodeUnsupported Code = "unsupported"
+	CodeLimit       Code = "limit"
+	CodeUnavailable Code = "unavailable"
+	CodeInternal    Code = "internal"
+)
+
+// Error is an error that carries its protocol code. Handlers return it so
+// the endpoint can answer with the right code; any other error is internal.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Errorf builds an *Error with a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// AsError returns err as a protocol error, mapping anything unknown to
+// internal so that no error leaves the agent without a code.
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Code: CodeInternal, Message: err.Error()}
+}
+
+// Request is a decoded control frame sent by a client.
+type Request struct {
+	ID    uint64
+	HasID bool
+	Op    string
+	// Raw is the whole frame; an op handler decodes its own parameters
+	// from it, so parameters sit beside "id" and "op" as the protocol says.
+	Raw json.RawMessage
+}
+
+type requestHead struct {
+	ID json.RawMessage `json:"id"`
+	Op *string         `json:"op"`
+}
+
+// DecodeRequest parses a text frame. On error, the returned Request still
+// carries the id when one could be read, so the error can be answered.
+func DecodeRequest(msg []byte) (Request, error) {
+	var r Request
+	if len(msg) > MaxControl {
+		return r, Errorf(CodeLimit, "control frame of %d bytes exceeds %d", len(msg), MaxControl)
+	}
+	trimmed := bytes.TrimSpace(msg)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return r, Errorf(CodeBadRequest, "control frame must be a JSON object")
+	}
+	var head requestHead
+	if err := json.Unmarshal(trimmed, &head); err != nil {
+		return r, Errorf(CodeBadRequest, "malformed JSON: %v", err)
+	}
+	if len(head.ID) > 0 && string(head.ID) != "null" {
+		id, err := strconv.ParseUint(string(head.ID), 10, 64)
+		if err != nil {
+			return r, Errorf(CodeBadRequest, "id must be an unsigned integer, got %s", head.ID)
+		}
+		r.ID, r.HasID = id, true
+	}
+	if head.Op == nil || *head.Op == "" {
+		return r, Errorf(CodeBadRequest, "missing op")
+	}
+	r.Op = *head.Op
+	r.Raw = trimmed
+	return r, nil
+}
+
+// Params decodes the request's parameters into v, rejecting unknown fields
+// so that a misspelt parameter is an error rather than silently ignored.
+func (r Request) Params(v any) error {
+	dec := json.NewDecoder(bytes.NewReader(r.Raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return Errorf(CodeBadRequest, "%s: bad parameters: %v", r.Op, err)
+	}
+	return nil
+}
+
+// Envelope holds the id and op fields every request carries; op parameter
+// structs embed it so that Params accepts them.
+type Envelope struct {
+	ID json.RawMessage `json:"id,omitempty"`
+	Op string          `json:"op,omitempty"`
+}
+
+// Response encodes a successful response. A nil result encodes as {}.
+func Response(id uint64, result any) ([]byte, error) {
+	if result == nil {
+		result = struct{}{}
+	}
+	return json.Marshal(struct {
+		ID     uint64 `json:"id"`
+		Result any    `json:"result"`
+	}{id, result})
+}
+
+// ErrorResponse encodes an error response to the request with the given id.
+func ErrorResponse(id uint64, e *Error) []byte {
+	b, _ := json.Marshal(struct {
+		ID    uint64 `json:"id"`
+		Error *Error `json:"error"`
+	}{id, e})
+	return b
+}
+
+// ErrorEvent encodes an error that cannot be tied to a request id.
+func ErrorEvent(e *Error) []byte {
+	b, _ := json.Marshal(struct {
+		Event string `json:"event"`
+		Error *Error `json:"error"`
+	}{"error", e})
+	return b
+}
+
+// Message is a control frame as a client sees it: a response (ID set) or an
+// event (Event set). Result and the rest of an event stay raw.
+type Message struct {
+	ID     *uint64         `json:"id,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *Error          `json:"error,omitempty"`
+	Event  string          `json:"event,omitempty"`
+	Stream uint64          `json:"stream,omitempty"`
+}
+
+// DecodeMessage parses a control frame received by a client.
+func DecodeMessage(msg []byte) (Message, error) {
+	var m Message
+	if err := json.Unmarshal(msg, &m); err != nil {
+		return m, fmt.Errorf("wire: malformed control frame: %w", err)
+	}
+	if m.ID == nil && m.Event == "" {
+		return m, errors.New("wire: control frame is neither a response nor an event")
+	}
+	return m, nil
+}
