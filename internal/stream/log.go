@@ -55,10 +55,10 @@ type Log struct {
 	closed     bool
 	lost       uint64 // positions discarded before anyone acknowledged them
 
-	bytes    byteRing
-	events   [][]byte // ring of encoded events
-	evHead   int
-	evBytes  int
+	bytes   byteRing
+	events  [][]byte // ring of encoded events
+	evHead  int
+	evBytes int
 }
 
 // Name is the channel name used in cursors ("stdout", "pty", "events").
