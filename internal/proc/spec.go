@@ -1,0 +1,236 @@
+package proc
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// Spec is what a client asks to run, before defaults are applied.
+type Spec struct {
+	Argv []string
+	Env  map[string]string
+	Cwd  string
+	User string
+}
+
+// Resolved is a Spec checked against the system: the program exists, the
+// user exists, the directory exists, and the environment is complete.
+type Resolved struct {
+	Path string
+	Argv []string
+	Env  []string
+	Dir  string
+	Cred *syscall.Credential // nil: run as the agent's own user
+	Home string
+	User string
+}
+
+// Defaults are what processes get when a request does not say: set from
+// flags at start and by the host's /v1/init later. Safe for concurrent use.
+type Defaults struct {
+	mu   sync.RWMutex
+	user string
+	cwd  string
+	env  map[string]string
+}
+
+// Set replaces the defaults; empty values leave a field unchanged, and env
+// entries are merged.
+func (d *Defaults) Set(userName, cwd string, env map[string]string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if userName != "" {
+		d.user = userName
+	}
+	if cwd != "" {
+		d.cwd = cwd
+	}
+	if len(env) > 0 && d.env == nil {
+		d.env = make(map[string]string, len(env))
+	}
+	for k, v := range env {
+		d.env[k] = v
+	}
+}
+
+func (d *Defaults) get() (string, string, map[string]string) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.user, d.cwd, d.env
+}
+
+// secretEnv are the agent's own variables that must not leak into the
+// processes it runs (the access token above all).
+var secretEnv = []string{"RAYITO_"}
+
+// Resolve applies the defaults to spec and checks it. Problems a client can
+// fix (no such user, directory or program) are *wire.Error bad_request.
+func (d *Defaults) Resolve(spec Spec) (Resolved, error) {
+	var r Resolved
+	defUser, defCwd, defEnv := d.get()
+	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
+		return r, wire.Errorf(wire.CodeBadRequest, "argv must name a program")
+	}
+	name := spec.User
+	if name == "" {
+		name = defUser
+	}
+	var u *user.User
+	var err error
+	if name != "" {
+		if u, err = user.Lookup(name); err != nil {
+			if _, numErr := strconv.Atoi(name); numErr == nil {
+				u, err = user.LookupId(name)
+			}
+		}
+		if err != nil {
+			return r, wire.Errorf(wire.CodeBadRequest, "user %q does not exist", name)
+		}
+	} else if u, err = user.Current(); err != nil {
+		return r, wire.Errorf(wire.CodeInternal, "cannot look up the agent's own user: %v", err)
+	}
+	r.User, r.Home = u.Username, u.HomeDir
+	if u.Uid != strconv.Itoa(os.Getuid()) {
+		cred, err := credential(u)
+		if err != nil {
+			return r, err
+		}
+		r.Cred = cred
+	}
+
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		if !hasAnyPrefix(k, secretEnv) {
+			env[k] = v
+		}
+	}
+	if env["PATH"] == "" {
+		env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	env["HOME"], env["USER"], env["LOGNAME"] = u.HomeDir, u.Username, u.Username
+	for k, v := range defEnv {
+		env[k] = v
+	}
+	for k, v := range spec.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.Contains(v, "\x00") {
+			return r, wire.Errorf(wire.CodeBadRequest, "invalid environment variable %q", k)
+		}
+		env[k] = v
+	}
+	r.Env = make([]string, 0, len(env))
+	for k, v := range env {
+		r.Env = append(r.Env, k+"="+v)
+	}
+	sort.Strings(r.Env)
+
+	r.Dir = spec.Cwd
+	if r.Dir == "" {
+		r.Dir = defCwd
+	}
+	if r.Dir == "" {
+		r.Dir = u.HomeDir
+		if st, err := os.Stat(r.Dir); err != nil || !st.IsDir() {
+			r.Dir = "/"
+		}
+	} else if st, err := os.Stat(r.Dir); err != nil {
+		return r, wire.Errorf(wire.CodeBadRequest, "cwd %q: %v", r.Dir, unwrapPathErr(err))
+	} else if !st.IsDir() {
+		return r, wire.Errorf(wire.CodeBadRequest, "cwd %q is not a directory", r.Dir)
+	}
+
+	r.Argv = spec.Argv
+	r.Path, err = lookPath(spec.Argv[0], env["PATH"], r.Dir)
+	if err != nil {
+		return r, wire.Errorf(wire.CodeBadRequest, "%s: %v", spec.Argv[0], err)
+	}
+	return r, nil
+}
+
+// Attr builds the ProcAttr for a new session leader with the given files.
+func (r Resolved) Attr(files []uintptr) *syscall.ProcAttr {
+	return &syscall.ProcAttr{
+		Dir:   r.Dir,
+		Env:   r.Env,
+		Files: files,
+		Sys:   &syscall.SysProcAttr{Setsid: true, Credential: r.Cred},
+	}
+}
+
+func credential(u *user.User) (*syscall.Credential, error) {
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, wire.Errorf(wire.CodeInternal, "user %q has non-numeric ids", u.Username)
+	}
+	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	if gids, err := u.GroupIds(); err == nil {
+		for _, g := range gids {
+			if n, err := strconv.ParseUint(g, 10, 32); err == nil {
+				cred.Groups = append(cred.Groups, uint32(n))
+			}
+		}
+	}
+	return cred, nil
+}
+
+// lookPath finds a program the way a shell would, using the PATH the
+// process will get rather than the agent's own.
+func lookPath(file, path, dir string) (string, error) {
+	if strings.Contains(file, "/") {
+		if !filepath.IsAbs(file) {
+			file = filepath.Join(dir, file)
+		}
+		if err := executable(file); err != nil {
+			return "", err
+		}
+		return file, nil
+	}
+	for _, d := range filepath.SplitList(path) {
+		if d == "" {
+			d = "."
+		}
+		p := filepath.Join(d, file)
+		if executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", exec.ErrNotFound
+}
+
+func executable(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return unwrapPathErr(err)
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file", p)
+	}
+	return nil
+}
+
+func unwrapPathErr(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
+	}
+	return err
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
