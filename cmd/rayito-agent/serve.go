@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/traffic"
+)
+
+// config is the agent's command line, section 10 of the protocol.
+type config struct {
+	listen      string
+	tokenFile   string
+	token       string
+	stateDir    string
+	maxIdle     int64
+	onIdle      string
+	defaultUser string
+	logLevel    string
+}
+
+// envOr returns the environment variable's value, or def.
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func parseServe(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.StringVar(&c.listen, "listen", envOr("RAYITO_LISTEN", "0.0.0.0:49983"), "address of the endpoint (env RAYITO_LISTEN)")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the access token (env RAYITO_ACCESS_TOKEN holds the token itself; the flag wins)")
+	fs.StringVar(&c.stateDir, "state-dir", envOr("RAYITO_STATE_DIR", "/var/lib/rayito-agent"), "directory for persisted state (env RAYITO_STATE_DIR)")
+	idleDefault := envOr("RAYITO_MAX_IDLE_SECONDS", "0")
+	fs.StringVar(&idleDefault, "max-idle-seconds", idleDefault, "idle policy in seconds, at least 60 (env RAYITO_MAX_IDLE_SECONDS)")
+	fs.StringVar(&c.onIdle, "on-idle", envOr("RAYITO_ON_IDLE", ""), "command run once when the sandbox becomes idle (env RAYITO_ON_IDLE)")
+	fs.StringVar(&c.defaultUser, "default-user", envOr("RAYITO_DEFAULT_USER", ""), "user for processes that name none (env RAYITO_DEFAULT_USER)")
+	fs.StringVar(&c.logLevel, "log-level", envOr("RAYITO_LOG_LEVEL", "info"), "debug, info, warn or error (env RAYITO_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	n, err := strconv.ParseInt(idleDefault, 10, 64)
+	if err != nil || (n != 0 && n < traffic.MinIdleSeconds) || n < 0 {
+		return c, fmt.Errorf("--max-idle-seconds must be a whole number of at least %d, got %q", traffic.MinIdleSeconds, idleDefault)
+	}
+	c.maxIdle = n
+	if c.tokenFile != "" {
+		b, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return c, fmt.Errorf("--token-file: %w", err)
+		}
+		c.token = strings.TrimSpace(string(b))
+		if c.token == "" {
+			return c, fmt.Errorf("--token-file %s is empty", c.tokenFile)
+		}
+	} else {
+		c.token = os.Getenv("RAYITO_ACCESS_TOKEN")
+	}
+	return c, nil
+}
+
+func newLogger(level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	cfg := zap.NewProductionConfig()
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.Sampling = nil
+	cfg.EncoderConfig.TimeKey = "ts"
+	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	return cfg.Build()
+}
+
+func serve(args []string) int {
+	cfg, err := parseServe(args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "rayito-agent:", err)
+		return 2
+	}
+	log, err := newLogger(cfg.logLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rayito-agent:", err)
+		return 2
+	}
+	defer log.Sync()
+	if err := run(cfg, log); err != nil {
+		log.Error("agent stopped", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+// run wires the agent together and serves until SIGTERM or SIGINT.
+func run(cfg config, log *zap.Logger) error {
+	reaper, err := proc.NewReaper()
+	if err != nil {
+		return fmt.Errorf("becoming a child subreaper: %w", err)
+	}
+	defer reaper.Close()
+	streams := stream.NewRegistry(0)
+	defer streams.Close()
+	defaults := &proc.Defaults{}
+	defaults.Set(cfg.defaultUser, "", nil)
+	procs := proc.NewManager(streams, reaper, defaults, log.Named("proc"))
+	counter := traffic.NewCounter()
+	if err := counter.SetMaxIdle(cfg.maxIdle); err != nil {
+		return err
+	}
+	srv := endpoint.New(endpoint.Config{
+		Logger:  log.Named("endpoint"),
+		Version: version,
+		Auth:    endpoint.NewAuth(cfg.token),
+		Streams: streams,
+		Traffic: counter,
+		Procs:   procs,
+		Metrics: func(m *endpoint.MetricsWriter) {
+			m.Metric("rayito_orphans_reaped_total", "counter", "Orphaned descendants reaped.", "", float64(reaper.Orphans()))
+		},
+	})
+	l, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return err
+	}
+	log.Info("serving", zap.String("listen", l.Addr().String()), zap.String("version", version),
+		zap.Bool("token_set", cfg.token != ""), zap.String("state_dir", cfg.stateDir))
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(l) }()
+	select {
+	case err = <-serveErr:
+	case sig := <-sigs:
+		log.Info("shutting down", zap.String("signal", sig.String()))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = srv.Shutdown(ctx)
+		cancel()
+	}
+	procs.Close()
+	return err
+}

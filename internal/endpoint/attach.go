@@ -1,0 +1,133 @@
+package endpoint
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// maxChunk is the largest payload of one data frame the agent sends: big
+// enough for throughput, small enough that a default 1 MiB window keeps
+// several frames in flight while acks come back.
+const maxChunk = 256 << 10
+
+// frameBufs recycles data frame buffers; at full speed the agent would
+// otherwise allocate one per 256 KiB sent.
+var frameBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, wire.MaxDataHeader+maxChunk)
+	return &b
+}}
+
+// attachment is a stream attached to this session, with the goroutine that
+// pumps it.
+type attachment struct {
+	st  *stream.Stream
+	att *stream.Attachment
+}
+
+// attach attaches the session to st and returns a function that starts
+// delivery; call it after the response announcing the stream is queued.
+func (ss *Session) attach(st *stream.Stream, from map[string]uint64, window int) (func(), error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if _, ok := ss.atts[st.ID]; ok {
+		return nil, wire.Errorf(wire.CodeConflict, "stream %d is already attached on this connection", st.ID)
+	}
+	if len(ss.atts) >= maxAttachments {
+		return nil, wire.Errorf(wire.CodeLimit, "more than %d attachments on this connection", maxAttachments)
+	}
+	att, err := st.Attach(from, window)
+	if err != nil {
+		if errors.Is(err, stream.ErrUnknownChannel) || errors.Is(err, stream.ErrCursorAhead) {
+			return nil, wire.Errorf(wire.CodeBadRequest, "%v", err)
+		}
+		return nil, err
+	}
+	a := &attachment{st: st, att: att}
+	ss.atts[st.ID] = a
+	ss.pumps.Add(1)
+	return func() { go ss.pump(a) }, nil
+}
+
+// attached returns this session's attachment to a stream, or nil.
+func (ss *Session) attached(id uint64) *attachment {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.atts[id]
+}
+
+// pump delivers one attachment until its end item or the session's end.
+func (ss *Session) pump(a *attachment) {
+	defer ss.pumps.Done()
+	defer func() {
+		ss.mu.Lock()
+		delete(ss.atts, a.st.ID)
+		ss.mu.Unlock()
+		a.att.Close()
+	}()
+	for {
+		bp := frameBufs.Get().(*[]byte)
+		buf := (*bp)[:wire.MaxDataHeader]
+		item, err := a.att.Next(ss.ctx, buf, maxChunk)
+		if err != nil {
+			frameBufs.Put(bp)
+			return
+		}
+		f := outFrame{}
+		switch item.Kind {
+		case stream.ItemData:
+			f.binary, f.msg = true, dataFrame(buf, a.st.ID, item)
+			f.release = func() { frameBufs.Put(bp) }
+		case stream.ItemEvent:
+			frameBufs.Put(bp)
+			f.msg = item.Data
+		case stream.ItemGap:
+			frameBufs.Put(bp)
+			f.msg, _ = jsonBytes(map[string]any{"event": "gap", "stream": a.st.ID, "channel": item.Channel, "from": item.From, "to": item.To})
+		case stream.ItemEnd:
+			frameBufs.Put(bp)
+			f.msg = endEvent(a.st.ID, item.End, item.Cursors)
+		}
+		if !ss.sendData(f) || item.Kind == stream.ItemEnd {
+			return
+		}
+	}
+}
+
+// dataFrame writes the OUT header right before the payload that Next
+// appended after buf's headroom, so the payload is never copied again.
+func dataFrame(buf []byte, id uint64, item stream.Item) []byte {
+	ch, _ := wire.ChannelNumber(item.Channel)
+	var hdr [wire.MaxDataHeader]byte
+	h := wire.AppendOutHeader(hdr[:0], id, ch, item.Offset)
+	if len(item.Data) > 0 && &buf[:wire.MaxDataHeader+1][wire.MaxDataHeader] != &item.Data[0] {
+		// Next had to grow the buffer; fall back to a copy.
+		return append(h, item.Data...)
+	}
+	start := wire.MaxDataHeader - len(h)
+	copy(buf[start:], h)
+	return buf[start : wire.MaxDataHeader+len(item.Data)]
+}
+
+func endEvent(id uint64, e stream.End, cursors map[string]uint64) []byte {
+	m := e.Fields()
+	m["event"], m["stream"], m["cursors"] = "end", id, cursors
+	b, _ := jsonBytes(m)
+	return b
+}
+
+// cut ends every attachment of the session with e; each pump sends its end
+// after the data it already queued.
+func (ss *Session) cut(e stream.End) {
+	ss.mu.Lock()
+	atts := make([]*attachment, 0, len(ss.atts))
+	for _, a := range ss.atts {
+		atts = append(atts, a)
+	}
+	ss.mu.Unlock()
+	for _, a := range atts {
+		a.att.Cut(e)
+	}
+}

@@ -1,0 +1,69 @@
+package endpoint
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"net/http"
+	"strings"
+	"sync"
+)
+
+// Auth holds the access token. Only its hash is kept, and comparisons are
+// constant-time over hashes so neither the token nor its length leaks
+// through timing. The token is never logged.
+type Auth struct {
+	mu   sync.RWMutex
+	hash [sha256.Size]byte
+	set  bool
+}
+
+// NewAuth returns an Auth with the token set, or none if token is empty.
+func NewAuth(token string) *Auth {
+	a := &Auth{}
+	if token != "" {
+		a.Set(token)
+	}
+	return a
+}
+
+// Set replaces the token.
+func (a *Auth) Set(token string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.hash, a.set = sha256.Sum256([]byte(token)), true
+}
+
+// IsSet reports whether a token is configured.
+func (a *Auth) IsSet() bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.set
+}
+
+// Check reports whether the request carries the token, as a bearer header
+// or an access_token query parameter (browsers cannot set websocket
+// headers). Without a configured token nothing passes.
+func (a *Auth) Check(r *http.Request) bool {
+	given, ok := requestToken(r)
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if !a.set || !ok {
+		return false
+	}
+	h := sha256.Sum256([]byte(given))
+	return subtle.ConstantTimeCompare(h[:], a.hash[:]) == 1
+}
+
+func requestToken(r *http.Request) (string, bool) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, tok, ok := strings.Cut(h, " ")
+		if ok && strings.EqualFold(scheme, "Bearer") {
+			return strings.TrimSpace(tok), true
+		}
+		return "", false
+	}
+	if q := r.URL.Query(); q.Has("access_token") {
+		return q.Get("access_token"), true
+	}
+	return "", false
+}

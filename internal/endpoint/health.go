@@ -1,0 +1,141 @@
+package endpoint
+
+import (
+	"fmt"
+	"net/http"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+)
+
+// StateSource reports the resume state; the resume package implements it.
+type StateSource interface {
+	ResumeState() ResumeState
+}
+
+// ResumeState is the part of /health that resumes change.
+type ResumeState struct {
+	Generation      uint64         `json:"resume_generation"`
+	KernelStateLost bool           `json:"kernel_state_lost"`
+	Kernels         []KernelHealth `json:"kernels"`
+	LastResume      *LastResume    `json:"last_resume,omitempty"`
+}
+
+// KernelHealth is one kernel's state as /health reports it.
+type KernelHealth struct {
+	Kernel string `json:"kernel"`
+	State  string `json:"state"`
+}
+
+// LastResume describes the most recent resume sequence.
+type LastResume struct {
+	Source     string `json:"source"`
+	AtUnixMs   int64  `json:"at_unix_ms"`
+	DurationMs int64  `json:"duration_ms"`
+	ResumeID   string `json:"resume_id,omitempty"`
+}
+
+// Health is the body of GET /health.
+type Health struct {
+	Status  string `json:"status"`
+	Version string `json:"version"`
+	ResumeState
+	UptimeMs int64 `json:"uptime_ms"`
+}
+
+func (s *Server) health() Health {
+	h := Health{Status: "ok", Version: s.cfg.Version, UptimeMs: time.Since(s.started).Milliseconds()}
+	if s.cfg.State != nil {
+		h.ResumeState = s.cfg.State.ResumeState()
+	}
+	if h.Kernels == nil {
+		h.Kernels = []KernelHealth{}
+	}
+	return h
+}
+
+func (s *Server) generation() uint64 {
+	if s.cfg.State == nil {
+		return 0
+	}
+	return s.cfg.State.ResumeState().Generation
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.health())
+}
+
+func (s *Server) handleTraffic(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.cfg.Traffic.Snapshot())
+}
+
+// MetricsWriter writes Prometheus text exposition lines.
+type MetricsWriter struct {
+	b     strings.Builder
+	typed map[string]bool
+}
+
+// Metric writes one sample with its HELP and TYPE lines. labels is a
+// preformatted label set like `kind="pty"` or "".
+func (m *MetricsWriter) Metric(name, typ, help, labels string, value float64) {
+	if !m.typed[name] {
+		if m.typed == nil {
+			m.typed = map[string]bool{}
+		}
+		m.typed[name] = true
+		fmt.Fprintf(&m.b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+	}
+	if labels != "" {
+		labels = "{" + labels + "}"
+	}
+	fmt.Fprintf(&m.b, "%s%s %g\n", name, labels, value)
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	var m MetricsWriter
+	t := s.cfg.Traffic.Snapshot()
+	m.Metric("rayito_bytes_in_total", "counter", "Websocket payload bytes received.", "", float64(t.BytesIn))
+	m.Metric("rayito_bytes_out_total", "counter", "Websocket payload bytes sent.", "", float64(t.BytesOut))
+	m.Metric("rayito_idle_seconds", "gauge", "Seconds since the last counted byte.", "", float64(t.IdleMs)/1000)
+	m.Metric("rayito_connections", "gauge", "Open websocket connections.", "", float64(t.Connections))
+	h := s.health()
+	m.Metric("rayito_resume_generation", "gauge", "Resumes since the first boot.", "", float64(h.Generation))
+	lost := 0.0
+	if h.KernelStateLost {
+		lost = 1
+	}
+	m.Metric("rayito_kernel_state_lost", "gauge", "1 if a kernel was lost in a resume.", "", lost)
+	if s.cfg.Streams != nil {
+		counts := map[string]int{}
+		var dropped uint64
+		for _, st := range s.cfg.Streams.List("") {
+			state := "running"
+			if st.Ended() != nil {
+				state = "ended"
+			}
+			counts[fmt.Sprintf("kind=%q,state=%q", st.Kind, state)]++
+			for _, l := range st.Logs() {
+				dropped += l.Stats().Lost
+			}
+		}
+		keys := make([]string, 0, len(counts))
+		for k := range counts {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			m.Metric("rayito_streams", "gauge", "Streams known to the agent.", k, float64(counts[k]))
+		}
+		m.Metric("rayito_stream_lost_total", "counter", "Bytes or events discarded before any client acknowledged them.", "", float64(dropped))
+	}
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics(&m)
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m.Metric("go_goroutines", "gauge", "Goroutines.", "", float64(runtime.NumGoroutine()))
+	m.Metric("go_memstats_heap_inuse_bytes", "gauge", "Heap bytes in use.", "", float64(ms.HeapInuse))
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Write([]byte(m.b.String()))
+}

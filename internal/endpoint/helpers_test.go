@@ -1,0 +1,183 @@
+package endpoint
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/traffic"
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+const testToken = "test-token"
+
+var (
+	reaperOnce sync.Once
+	reaper     *proc.Reaper
+)
+
+func testReaper(t testing.TB) *proc.Reaper {
+	reaperOnce.Do(func() {
+		r, err := proc.NewReaper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		reaper = r
+	})
+	return reaper
+}
+
+type testAgent struct {
+	srv     *Server
+	http    *httptest.Server
+	streams *stream.Registry
+	traffic *traffic.Counter
+	url     string
+}
+
+func newTestAgent(t testing.TB) *testAgent {
+	streams := stream.NewRegistry(0)
+	procs := proc.NewManager(streams, testReaper(t), &proc.Defaults{}, nil)
+	counter := traffic.NewCounter()
+	srv := New(Config{Version: "test", Auth: NewAuth(testToken), Streams: streams, Traffic: counter, Procs: procs})
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		hs.Close()
+		procs.Close()
+		streams.Close()
+	})
+	return &testAgent{srv: srv, http: hs, streams: streams, traffic: counter, url: "ws" + hs.URL[len("http"):]}
+}
+
+// rawConn is a bare websocket client that speaks frames, for testing the
+// endpoint without the SDK.
+type rawConn struct {
+	t    testing.TB
+	c    *websocket.Conn
+	next uint64
+}
+
+func (a *testAgent) dial(t testing.TB) *rawConn {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, a.url+"/v1/connect?access_token="+testToken, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadLimit(wire.MaxMessage)
+	t.Cleanup(func() { c.CloseNow() })
+	rc := &rawConn{t: t, c: c}
+	if m := rc.readControl(); m["event"] != "hello" {
+		t.Fatalf("first frame is not hello: %v", m)
+	}
+	return rc
+}
+
+func (rc *rawConn) send(v map[string]any) uint64 {
+	rc.next++
+	v["id"] = rc.next
+	b, _ := json.Marshal(v)
+	rc.sendRaw(websocket.MessageText, b)
+	return rc.next
+}
+
+func (rc *rawConn) sendRaw(typ websocket.MessageType, b []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rc.c.Write(ctx, typ, b); err != nil {
+		rc.t.Fatal(err)
+	}
+}
+
+// read returns the next frame: a decoded control frame or a data frame.
+func (rc *rawConn) read() (map[string]any, *wire.Data) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	typ, b, err := rc.c.Read(ctx)
+	if err != nil {
+		rc.t.Fatalf("read: %v", err)
+	}
+	if typ == websocket.MessageBinary {
+		d, err := wire.DecodeData(b)
+		if err != nil {
+			rc.t.Fatal(err)
+		}
+		return nil, &d
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		rc.t.Fatal(err)
+	}
+	return m, nil
+}
+
+func (rc *rawConn) readControl() map[string]any {
+	for {
+		m, _ := rc.read()
+		if m != nil {
+			return m
+		}
+	}
+}
+
+// response waits for the response to id, skipping anything else.
+func (rc *rawConn) response(id uint64) map[string]any {
+	for {
+		m := rc.readControl()
+		if v, ok := m["id"].(float64); ok && uint64(v) == id {
+			return m
+		}
+	}
+}
+
+func (rc *rawConn) call(v map[string]any) map[string]any {
+	return rc.response(rc.send(v))
+}
+
+// collect reads a stream's output until its end event.
+func (rc *rawConn) collect(stream uint64) (map[string][]byte, map[string]any) {
+	out := map[string][]byte{}
+	for {
+		m, d := rc.read()
+		if d != nil && d.Stream == stream {
+			name := wire.ChannelName(d.Channel)
+			if uint64(len(out[name])) != d.Offset {
+				rc.t.Fatalf("%s: offset %d after %d bytes", name, d.Offset, len(out[name]))
+			}
+			out[name] = append(out[name], d.Payload...)
+			continue
+		}
+		if m != nil && m["event"] == "end" && uint64(m["stream"].(float64)) == stream {
+			return out, m
+		}
+	}
+}
+
+func errorCode(m map[string]any) string {
+	e, _ := m["error"].(map[string]any)
+	if e == nil {
+		return ""
+	}
+	return e["code"].(string)
+}
+
+func resultStream(t testing.TB, m map[string]any) uint64 {
+	r, ok := m["result"].(map[string]any)
+	if !ok {
+		t.Fatalf("no result: %v", m)
+	}
+	return uint64(r["stream"].(float64))
+}
+
+func TestMain(m *testing.M) { os.Exit(m.Run()) }

@@ -1,0 +1,121 @@
+package endpoint
+
+import (
+	"encoding/json"
+
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// op is one protocol operation. Slow ops (those that fork, start kernels or
+// wait) run on their own goroutine so the connection keeps reading acks and
+// input meanwhile; quick ones run in order on the reader goroutine.
+type op struct {
+	fn   func(c *call) (any, error)
+	slow bool
+}
+
+// call is one request being handled.
+type call struct {
+	ss  *Session
+	req wire.Request
+	// after runs once the response is queued: an attachment's data must
+	// never overtake the response that announces its stream.
+	after func()
+}
+
+func (c *call) params(v any) error { return c.req.Params(v) }
+
+// protocolOps lists every op of the protocol, so an op whose capability is
+// not wired answers `unsupported` rather than `unknown op`.
+var protocolOps = []string{
+	"exec", "pty", "resize", "signal", "close_stdin", "attach", "detach", "ack", "list",
+	"watch", "unwatch", "kernel_start", "kernel_list", "kernel_interrupt", "kernel_restart",
+	"kernel_shutdown", "execute", "input_reply", "kernel_channels", "jupyter_send",
+}
+
+func (s *Server) buildOps() map[string]op {
+	ops := map[string]op{}
+	s.streamOps(ops)
+	if s.cfg.Procs != nil {
+		s.execOps(ops)
+	}
+	for _, name := range protocolOps {
+		if _, ok := ops[name]; !ok {
+			ops[name] = op{fn: unsupported(name)}
+		}
+	}
+	return ops
+}
+
+func unsupported(name string) func(*call) (any, error) {
+	return func(*call) (any, error) {
+		return nil, wire.Errorf(wire.CodeUnsupported, "op %q is not available in this agent", name)
+	}
+}
+
+// handleControl decodes and dispatches one text frame.
+func (ss *Session) handleControl(msg []byte) {
+	req, err := wire.DecodeRequest(msg)
+	if err != nil {
+		ss.fail(req, err)
+		return
+	}
+	o, ok := ss.srv.ops[req.Op]
+	if !ok {
+		ss.fail(req, wire.Errorf(wire.CodeBadRequest, "unknown op %q", req.Op))
+		return
+	}
+	if req.Op == "ack" {
+		// ack has no response; its errors come back as error events.
+		if _, err := o.fn(&call{ss: ss, req: req}); err != nil {
+			ss.sendError(wire.AsError(err), 0)
+		}
+		return
+	}
+	if !req.HasID {
+		ss.fail(req, wire.Errorf(wire.CodeBadRequest, "op %q needs an id", req.Op))
+		return
+	}
+	if !o.slow {
+		ss.respond(&call{ss: ss, req: req}, o)
+		return
+	}
+	select {
+	case ss.sem <- struct{}{}:
+	default:
+		ss.fail(req, wire.Errorf(wire.CodeLimit, "more than %d slow requests in flight on this connection", maxInflightOps))
+		return
+	}
+	go func() {
+		defer func() { <-ss.sem }()
+		ss.respond(&call{ss: ss, req: req}, o)
+	}()
+}
+
+func (ss *Session) respond(c *call, o op) {
+	result, err := o.fn(c)
+	if err != nil {
+		ss.sendControl(wire.ErrorResponse(c.req.ID, wire.AsError(err)))
+		return
+	}
+	b, err := wire.Response(c.req.ID, result)
+	if err != nil {
+		ss.sendControl(wire.ErrorResponse(c.req.ID, wire.AsError(err)))
+		return
+	}
+	ss.sendControl(b)
+	if c.after != nil {
+		c.after()
+	}
+}
+
+// fail answers a request that could not be dispatched.
+func (ss *Session) fail(req wire.Request, err error) {
+	if req.HasID {
+		ss.sendControl(wire.ErrorResponse(req.ID, wire.AsError(err)))
+	} else {
+		ss.sendError(wire.AsError(err), 0)
+	}
+}
+
+func jsonBytes(v any) ([]byte, error) { return json.Marshal(v) }

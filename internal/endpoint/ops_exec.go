@@ -1,0 +1,112 @@
+package endpoint
+
+import (
+	"time"
+
+	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// Execer starts commands; proc.Manager implements it.
+type Execer interface {
+	Exec(o proc.ExecOptions) (*stream.Stream, error)
+}
+
+func (s *Server) execOps(ops map[string]op) {
+	ops["exec"] = op{fn: s.opExec, slow: true}
+}
+
+// shellArgv is how a `cmd` string runs: a login bash so the user's profile
+// applies, or plain sh where bash is missing.
+func shellArgv(cmd string) []string {
+	if fileExists("/bin/bash") {
+		return []string{"/bin/bash", "-l", "-c", cmd}
+	}
+	return []string{"/bin/sh", "-c", cmd}
+}
+
+func (s *Server) opExec(c *call) (any, error) {
+	var p struct {
+		wire.Envelope
+		Argv      []string          `json:"argv"`
+		Cmd       *string           `json:"cmd"`
+		Env       map[string]string `json:"env"`
+		Cwd       string            `json:"cwd"`
+		User      string            `json:"user"`
+		Stdin     bool              `json:"stdin"`
+		Tag       string            `json:"tag"`
+		TimeoutMs int64             `json:"timeout_ms"`
+		Buffer    int               `json:"buffer"`
+		Overflow  string            `json:"overflow"`
+		GraceMs   *int64            `json:"grace_ms"`
+		Attach    *bool             `json:"attach"`
+	}
+	if err := c.params(&p); err != nil {
+		return nil, err
+	}
+	o := proc.ExecOptions{
+		Spec:  proc.Spec{Argv: p.Argv, Env: p.Env, Cwd: p.Cwd, User: p.User},
+		Stdin: p.Stdin, Tag: p.Tag, Buffer: p.Buffer,
+	}
+	switch {
+	case p.Cmd != nil && len(p.Argv) > 0:
+		return nil, wire.Errorf(wire.CodeBadRequest, "give argv or cmd, not both")
+	case p.Cmd != nil:
+		if *p.Cmd == "" {
+			return nil, wire.Errorf(wire.CodeBadRequest, "cmd is empty")
+		}
+		o.Argv = shellArgv(*p.Cmd)
+	case len(p.Argv) == 0:
+		return nil, wire.Errorf(wire.CodeBadRequest, "exec needs argv or cmd")
+	}
+	if p.TimeoutMs < 0 {
+		return nil, wire.Errorf(wire.CodeBadRequest, "timeout_ms must not be negative")
+	}
+	o.Timeout = time.Duration(p.TimeoutMs) * time.Millisecond
+	policy, err := overflowParam(p.Overflow, stream.Block)
+	if err != nil {
+		return nil, err
+	}
+	o.Overflow = policy
+	if p.GraceMs != nil {
+		if *p.GraceMs < 0 {
+			return nil, wire.Errorf(wire.CodeBadRequest, "grace_ms must not be negative")
+		}
+		o.Grace = time.Duration(*p.GraceMs) * time.Millisecond
+		if o.Grace == 0 {
+			o.Grace = -1 // explicit zero: no grace at all
+		}
+	}
+	st, err := s.cfg.Procs.Exec(o)
+	if err != nil {
+		return nil, err
+	}
+	return s.created(c, st, p.Attach, map[string]any{"stream": st.ID, "pid": st.Pid})
+}
+
+// created attaches the caller to a stream it just created, unless it asked
+// not to, and returns result.
+func (s *Server) created(c *call, st *stream.Stream, attach *bool, result map[string]any) (any, error) {
+	if attach != nil && !*attach {
+		return result, nil
+	}
+	start, err := c.ss.attach(st, nil, stream.DefaultWindow)
+	if err != nil {
+		return nil, err
+	}
+	c.after = start
+	return result, nil
+}
+
+func overflowParam(v string, def stream.Policy) (stream.Policy, error) {
+	switch v {
+	case "":
+		return def, nil
+	case "block":
+		return stream.Block, nil
+	case "drop":
+		return stream.Drop, nil
+	}
+	return 0, wire.Errorf(wire.CodeBadRequest, "overflow must be \"block\" or \"drop\", got %q", v)
+}

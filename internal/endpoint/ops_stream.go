@@ -1,0 +1,291 @@
+package endpoint
+
+import (
+	"syscall"
+
+	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// What a stream's Control may implement; the endpoint asks for each.
+type (
+	// Signaler delivers a signal to a stream's process or process group.
+	Signaler interface {
+		Signal(sig syscall.Signal, group bool) error
+	}
+	// InputWriter takes IN frames; it must not block.
+	InputWriter interface {
+		WriteInput(p []byte) error
+	}
+	// InputCloser ends a stream's input (close_stdin).
+	InputCloser interface {
+		CloseInput() error
+	}
+	// Resizer changes a terminal's window size.
+	Resizer interface {
+		Resize(cols, rows uint16) error
+	}
+)
+
+func (s *Server) streamOps(ops map[string]op) {
+	ops["attach"] = op{fn: s.opAttach}
+	ops["detach"] = op{fn: s.opDetach}
+	ops["ack"] = op{fn: s.opAck}
+	ops["list"] = op{fn: s.opList}
+	ops["signal"] = op{fn: s.opSignal}
+	ops["close_stdin"] = op{fn: s.opCloseStdin}
+	ops["resize"] = op{fn: s.opResize}
+}
+
+type streamRef struct {
+	wire.Envelope
+	Stream uint64 `json:"stream"`
+}
+
+// stream finds the stream a request names.
+func (s *Server) stream(id uint64) (*stream.Stream, error) {
+	if id == 0 {
+		return nil, wire.Errorf(wire.CodeBadRequest, "missing stream")
+	}
+	st := s.cfg.Streams.Get(id)
+	if st == nil {
+		return nil, wire.Errorf(wire.CodeNotFound, "no stream %d", id)
+	}
+	return st, nil
+}
+
+// streamResult is what ops that create or attach a stream answer.
+func streamResult(st *stream.Stream) map[string]any {
+	r := map[string]any{"stream": st.ID, "kind": st.Kind, "state": "running"}
+	if e := st.Ended(); e != nil {
+		r["state"] = "ended"
+		end := e.Fields()
+		end["cursors"] = st.Cursors()
+		r["end"] = end
+	}
+	return r
+}
+
+func (s *Server) opAttach(c *call) (any, error) {
+	var p struct {
+		wire.Envelope
+		Stream *uint64           `json:"stream"`
+		Pid    *int              `json:"pid"`
+		Tag    *string           `json:"tag"`
+		From   map[string]uint64 `json:"from"`
+		Window *int              `json:"window"`
+	}
+	if err := c.params(&p); err != nil {
+		return nil, err
+	}
+	given := 0
+	for _, set := range []bool{p.Stream != nil, p.Pid != nil, p.Tag != nil} {
+		if set {
+			given++
+		}
+	}
+	if given != 1 {
+		return nil, wire.Errorf(wire.CodeBadRequest, "attach needs exactly one of stream, pid, tag")
+	}
+	var st *stream.Stream
+	switch {
+	case p.Stream != nil:
+		var err error
+		if st, err = s.stream(*p.Stream); err != nil {
+			return nil, err
+		}
+	case p.Pid != nil:
+		if st = s.cfg.Streams.Find(*p.Pid, ""); st == nil || *p.Pid == 0 {
+			return nil, wire.Errorf(wire.CodeNotFound, "no stream for pid %d", *p.Pid)
+		}
+	default:
+		if st = s.cfg.Streams.Find(0, *p.Tag); st == nil || *p.Tag == "" {
+			return nil, wire.Errorf(wire.CodeNotFound, "no stream tagged %q", *p.Tag)
+		}
+	}
+	window, err := windowParam(p.Window)
+	if err != nil {
+		return nil, err
+	}
+	start, err := c.ss.attach(st, p.From, window)
+	if err != nil {
+		return nil, err
+	}
+	c.after = start
+	return streamResult(st), nil
+}
+
+func windowParam(w *int) (int, error) {
+	if w == nil {
+		return stream.DefaultWindow, nil
+	}
+	if *w < 0 {
+		return 0, wire.Errorf(wire.CodeBadRequest, "window must be 0 (no limit) or positive")
+	}
+	return *w, nil
+}
+
+func (s *Server) opDetach(c *call) (any, error) {
+	var p streamRef
+	if err := c.params(&p); err != nil {
+		return nil, err
+	}
+	if _, err := s.stream(p.Stream); err != nil {
+		return nil, err
+	}
+	a := c.ss.attached(p.Stream)
+	if a == nil {
+		return nil, wire.Errorf(wire.CodeNotFound, "stream %d is not attached on this connection", p.Stream)
+	}
+	a.att.Cut(stream.End{Reason: stream.ReasonClosed, Message: "detached"})
+	return nil, nil
+}
+
+func (s *Server) opAck(c *call) (any, error) {
+	var p struct {
+		wire.Envelope
+		Stream  uint64            `json:"stream"`
+		Cursors map[string]uint64 `json:"cursors"`
+	}
+	if err := c.params(&p); err != nil {
+		return nil, err
+	}
+	a := c.ss.attached(p.Stream)
+	if a == nil {
+		// The attachment may have just ended; a late ack is harmless.
+		if _, err := s.stream(p.Stream); err != nil {
+			return nil, err
+		}
+		return nil, nil
+	}
+	if err := a.att.Ack(p.Cursors); err != nil {
+		return nil, wire.Errorf(wire.CodeBadRequest, "ack of stream %d: %v", p.Stream, err)
+	}
+	return nil, nil
+}
+
+// listEntry is one stream in a `list` result.
+type listEntry struct {
+	Stream  uint64            `json:"stream"`
+	Kind    stream.Kind       `json:"kind"`
+	Pid     int               `json:"pid,omitempty"`
+	Tag     string            `json:"tag,omitempty"`
+	Argv    []string          `json:"argv,omitempty"`
+	State   string            `json:"state"`
+	Cursors map[string]uint64 `json:"cursors"`
+	End     map[string]any    `json:"end,omitempty"`
+}
+
+func (s *Server) opList(c *call) (any, error) {
+	var p struct {
+		wire.Envelope
+		Kind string `json:"kind"`
+	}
+	if err := c.params(&p); err != nil {
+		return nil, err
+	}
+	out := []listEntry{}
+	for _, st := range s.cfg.Streams.List(stream.Kind(p.Kind)) {
+		e := listEntry{Stream: st.ID, Kind: st.Kind, Pid: st.Pid, Tag: st.Tag, Argv: st.Argv, State: "running", Cursors: st.Cursors()}
+		if end := st.Ended(); end != nil {
+			e.State, e.End = "ended", end.Fields()
+		}
+		out = append(out, e)
+	}
+	return map[string]any{"streams": out}, nil
+}
+
+func (s *Server) opSignal(c *call) (any, error) {
+	var p struct {
+		wire.Envelope
+		Stream uint64 `json:"stream"`
+		Signal string `json:"signal"`
+		Group  *bool  `json:"group"`
+	}
+	if err := c.params(&p); err != nil {
+		return nil, err
+	}
+	st, err := s.stream(p.Stream)
+	if err != nil {
+		return nil, err
+	}
+	sig, err := proc.ParseSignal(p.Signal)
+	if err != nil {
+		return nil, err
+	}
+	sg, ok := st.Control.(Signaler)
+	if !ok {
+		return nil, wire.Errorf(wire.CodeBadRequest, "stream %d (%s) takes no signals", st.ID, st.Kind)
+	}
+	if st.Ended() != nil {
+		return nil, wire.Errorf(wire.CodeConflict, "stream %d has ended", st.ID)
+	}
+	return nil, sg.Signal(sig, p.Group == nil || *p.Group)
+}
+
+func (s *Server) opCloseStdin(c *call) (any, error) {
+	var p streamRef
+	if err := c.params(&p); err != nil {
+		return nil, err
+	}
+	st, err := s.stream(p.Stream)
+	if err != nil {
+		return nil, err
+	}
+	ic, ok := st.Control.(InputCloser)
+	if !ok {
+		return nil, wire.Errorf(wire.CodeBadRequest, "stream %d (%s) has no stdin", st.ID, st.Kind)
+	}
+	return nil, ic.CloseInput()
+}
+
+func (s *Server) opResize(c *call) (any, error) {
+	var p struct {
+		wire.Envelope
+		Stream uint64 `json:"stream"`
+		Cols   int    `json:"cols"`
+		Rows   int    `json:"rows"`
+	}
+	if err := c.params(&p); err != nil {
+		return nil, err
+	}
+	st, err := s.stream(p.Stream)
+	if err != nil {
+		return nil, err
+	}
+	rz, ok := st.Control.(Resizer)
+	if !ok {
+		return nil, wire.Errorf(wire.CodeBadRequest, "stream %d (%s) is not a terminal", st.ID, st.Kind)
+	}
+	if p.Cols < 1 || p.Rows < 1 || p.Cols > 65535 || p.Rows > 65535 {
+		return nil, wire.Errorf(wire.CodeBadRequest, "cols and rows must be between 1 and 65535, got %dx%d", p.Cols, p.Rows)
+	}
+	return nil, rz.Resize(uint16(p.Cols), uint16(p.Rows))
+}
+
+// handleData takes an IN frame: input for a stream's process or terminal.
+func (ss *Session) handleData(msg []byte) {
+	d, err := wire.DecodeData(msg)
+	if err != nil {
+		ss.sendError(wire.Errorf(wire.CodeBadRequest, "%v", err), 0)
+		return
+	}
+	if d.Type != wire.In {
+		ss.sendError(wire.Errorf(wire.CodeBadRequest, "clients send IN frames only"), d.Stream)
+		return
+	}
+	st, err := ss.srv.stream(d.Stream)
+	if err != nil {
+		ss.sendError(wire.AsError(err), d.Stream)
+		return
+	}
+	w, ok := st.Control.(InputWriter)
+	if !ok {
+		ss.sendError(wire.Errorf(wire.CodeBadRequest, "stream %d (%s) takes no input", st.ID, st.Kind), st.ID)
+		return
+	}
+	if err := w.WriteInput(d.Payload); err != nil {
+		ss.sendError(wire.AsError(err), st.ID)
+	}
+}

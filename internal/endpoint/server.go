@@ -1,0 +1,158 @@
+// Package endpoint serves the agent's one HTTP endpoint: health, traffic,
+// metrics, host calls, and the websocket that multiplexes every stream.
+//
+// Each websocket connection is a Session with one reader goroutine (frames
+// in, dispatched to ops), one writer goroutine (the only one that writes,
+// control frames ahead of bulk data), and one pump goroutine per attachment
+// that pulls its stream's log within the attachment's window. Producers
+// never see a connection, so one slow client cannot slow anything else.
+package endpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/traffic"
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// Config is what the server needs. Capability fields left nil make their
+// ops answer `unsupported`.
+type Config struct {
+	Logger  *zap.Logger
+	Version string
+	Auth    *Auth
+	Streams *stream.Registry
+	Traffic *traffic.Counter
+	Procs   Execer
+	// State reports resume state for /health and the hello event; nil
+	// reports generation 0 and no kernels.
+	State StateSource
+	// Metrics adds lines to /metrics (Prometheus text format).
+	Metrics func(w *MetricsWriter)
+}
+
+// Server is the HTTP endpoint. Build with New, run with Serve.
+type Server struct {
+	cfg     Config
+	log     *zap.Logger
+	ops     map[string]op
+	started time.Time
+	mux     *http.ServeMux
+	http    *http.Server
+
+	mu       sync.Mutex
+	sessions map[*Session]struct{}
+	closing  bool
+	wg       sync.WaitGroup
+}
+
+// New builds the server and its routes.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Auth == nil {
+		cfg.Auth = NewAuth("")
+	}
+	if cfg.Traffic == nil {
+		cfg.Traffic = traffic.NewCounter()
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, started: time.Now(), sessions: make(map[*Session]struct{})}
+	s.ops = s.buildOps()
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("GET /health", s.handleHealth)
+	s.mux.HandleFunc("GET /v1/connect", s.authed(s.handleConnect))
+	s.mux.HandleFunc("GET /v1/traffic", s.authed(s.handleTraffic))
+	s.mux.HandleFunc("GET /metrics", s.authed(s.handleMetrics))
+	s.mux.HandleFunc("POST /v1/init", s.handleUnsupported)
+	s.mux.HandleFunc("POST /v1/resume", s.authed(s.handleUnsupported))
+	s.http = &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
+	return s
+}
+
+// Handler returns the HTTP handler, for tests that run their own listener.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Serve accepts connections on l until Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	err := s.http.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting, closes every websocket with 1001 (going away)
+// and waits for the sessions to end, or for ctx.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	sessions := make([]*Session, 0, len(s.sessions))
+	for ss := range s.sessions {
+		sessions = append(sessions, ss)
+	}
+	s.mu.Unlock()
+	err := s.http.Shutdown(ctx)
+	for _, ss := range sessions {
+		ss.closeWith(closeGoingAway, "agent shutting down")
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return err
+}
+
+// Sessions returns the open websocket sessions.
+func (s *Server) Sessions() []*Session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Session, 0, len(s.sessions))
+	for ss := range s.sessions {
+		out = append(out, ss)
+	}
+	return out
+}
+
+func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.cfg.Auth.Check(r) {
+			writeError(w, http.StatusUnauthorized, wire.Errorf(wire.CodeBadRequest, "missing or wrong access token"))
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *Server) handleUnsupported(w http.ResponseWriter, r *http.Request) {
+	writeError(w, http.StatusNotImplemented, wire.Errorf(wire.CodeUnsupported, "%s is not available in this build", r.URL.Path))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, e *wire.Error) {
+	writeJSON(w, status, map[string]*wire.Error{"error": e})
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

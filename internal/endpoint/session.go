@@ -1,0 +1,238 @@
+package endpoint
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+
+	"github.com/coder/websocket"
+	"go.uber.org/zap"
+
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// Subprotocol is the websocket subprotocol of this protocol version.
+const Subprotocol = "rayito.v1"
+
+// Per-connection limits: a misbehaving client gets `limit` errors instead
+// of unbounded agent memory.
+const (
+	maxAttachments = 4096 // attachments per connection
+	maxInflightOps = 64   // slow ops running at once per connection
+	controlQueue   = 256  // responses and events waiting for the writer
+	dataQueue      = 16   // data frames waiting for the writer
+)
+
+// Close codes the agent uses.
+const (
+	closeGoingAway websocket.StatusCode = 1001
+	closeResumed   websocket.StatusCode = 4000
+)
+
+// Session is one websocket connection.
+type Session struct {
+	srv    *Server
+	conn   *websocket.Conn
+	log    *zap.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	ctrl chan outFrame // control frames: go first
+	data chan outFrame // attachment frames: in order per attachment
+	sem  chan struct{} // bounds slow ops in flight
+
+	mu         sync.Mutex
+	atts       map[uint64]*attachment
+	closeCode  websocket.StatusCode
+	closeWhy   string
+	pumps      sync.WaitGroup
+	generation uint64 // resume generation when the session opened
+}
+
+// outFrame is one message for the writer. A frame with close set ends the
+// session after everything queued before it has been written.
+type outFrame struct {
+	binary  bool
+	msg     []byte
+	release func()
+	close   bool
+}
+
+func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		writeError(w, http.StatusServiceUnavailable, wire.Errorf(wire.CodeUnavailable, "agent is shutting down"))
+		return
+	}
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols: []string{Subprotocol},
+		// The token authenticates; origins are whatever proxy fronts us.
+		InsecureSkipVerify: true,
+		CompressionMode:    websocket.CompressionDisabled,
+	})
+	if err != nil {
+		return
+	}
+	conn.SetReadLimit(wire.MaxMessage)
+	ctx, cancel := context.WithCancel(context.Background())
+	ss := &Session{
+		srv: s, conn: conn, log: s.log, ctx: ctx, cancel: cancel,
+		ctrl: make(chan outFrame, controlQueue), data: make(chan outFrame, dataQueue),
+		sem: make(chan struct{}, maxInflightOps), atts: make(map[uint64]*attachment),
+		generation: s.generation(),
+	}
+	s.mu.Lock()
+	s.sessions[ss] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.cfg.Traffic.ConnOpened()
+	defer func() {
+		s.cfg.Traffic.ConnClosed()
+		s.mu.Lock()
+		delete(s.sessions, ss)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	ss.run()
+}
+
+// Generation is the resume generation at which the session opened.
+func (ss *Session) Generation() uint64 { return ss.generation }
+
+func (ss *Session) run() {
+	hello, _ := jsonBytes(map[string]any{"event": "hello", "protocol": 1, "version": ss.srv.cfg.Version, "generation": ss.generation})
+	ss.ctrl <- outFrame{msg: hello}
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		ss.writeLoop()
+	}()
+	ss.readLoop()
+	ss.cancel()
+	<-writerDone
+	ss.conn.CloseNow()
+	ss.pumps.Wait()
+}
+
+// readLoop reads frames until the connection fails or is closed. Its read
+// has no context on purpose: cancelling one makes the library drop the
+// connection without the close frame a resume must send.
+func (ss *Session) readLoop() {
+	counter := ss.srv.cfg.Traffic
+	for {
+		typ, msg, err := ss.conn.Read(context.Background())
+		if err != nil {
+			if errors.Is(err, websocket.ErrMessageTooBig) {
+				ss.log.Debug("oversized frame closed the connection", zap.Error(err))
+			}
+			return
+		}
+		counter.In(len(msg))
+		if typ == websocket.MessageBinary {
+			ss.handleData(msg)
+		} else {
+			ss.handleControl(msg)
+		}
+	}
+}
+
+// writeLoop is the only writer of the connection. Control frames always
+// go before data frames that are waiting.
+func (ss *Session) writeLoop() {
+	for {
+		var f outFrame
+		select {
+		case f = <-ss.ctrl:
+		default:
+			select {
+			case f = <-ss.ctrl:
+			case f = <-ss.data:
+			case <-ss.ctx.Done():
+				return
+			}
+		}
+		if !ss.write(f) {
+			return
+		}
+	}
+}
+
+// write sends one frame, or performs the close it asks for.
+func (ss *Session) write(f outFrame) bool {
+	if f.release != nil {
+		defer f.release()
+	}
+	if f.close {
+		ss.mu.Lock()
+		code, why := ss.closeCode, ss.closeWhy
+		ss.mu.Unlock()
+		// Close writes the close frame and waits (bounded) for the peer's;
+		// the read loop then sees the connection end.
+		ss.conn.Close(code, why)
+		return false
+	}
+	typ := websocket.MessageText
+	if f.binary {
+		typ = websocket.MessageBinary
+	}
+	if err := ss.conn.Write(ss.ctx, typ, f.msg); err != nil {
+		ss.conn.CloseNow()
+		return false
+	}
+	ss.srv.cfg.Traffic.Out(len(f.msg))
+	return true
+}
+
+// sendControl queues a control frame; it gives up when the session ends.
+func (ss *Session) sendControl(msg []byte) {
+	select {
+	case ss.ctrl <- outFrame{msg: msg}:
+	case <-ss.ctx.Done():
+	}
+}
+
+// sendData queues an attachment frame in order; false if the session ended.
+func (ss *Session) sendData(f outFrame) bool {
+	select {
+	case ss.data <- f:
+		return true
+	case <-ss.ctx.Done():
+		if f.release != nil {
+			f.release()
+		}
+		return false
+	}
+}
+
+// closeWith closes the session with a close code, ahead of queued data.
+func (ss *Session) closeWith(code websocket.StatusCode, why string) {
+	if ss.setClose(code, why) {
+		select {
+		case ss.ctrl <- outFrame{close: true}:
+		case <-ss.ctx.Done():
+		}
+	}
+}
+
+// setClose records the close code; only the first caller wins.
+func (ss *Session) setClose(code websocket.StatusCode, why string) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closeCode != 0 {
+		return false
+	}
+	ss.closeCode, ss.closeWhy = code, why
+	return true
+}
+
+func (ss *Session) sendError(e *wire.Error, stream uint64) {
+	m := map[string]any{"event": "error", "error": e}
+	if stream != 0 {
+		m["stream"] = stream
+	}
+	b, _ := jsonBytes(m)
+	ss.sendControl(b)
+}

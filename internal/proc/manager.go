@@ -1,0 +1,195 @@
+package proc
+
+import (
+	"os"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// KillGrace is how long a timed-out or shut-down process group has between
+// SIGTERM and SIGKILL, from the protocol.
+const KillGrace = 2 * time.Second
+
+// Manager starts commands and turns them into streams.
+type Manager struct {
+	reg      *stream.Registry
+	reaper   *Reaper
+	defaults *Defaults
+	log      *zap.Logger
+
+	mu      sync.Mutex
+	running map[int]*process
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// NewManager returns a manager that spawns through reaper.
+func NewManager(reg *stream.Registry, reaper *Reaper, defaults *Defaults, log *zap.Logger) *Manager {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Manager{reg: reg, reaper: reaper, defaults: defaults, log: log, running: make(map[int]*process)}
+}
+
+// ExecOptions is an `exec` request after decoding.
+type ExecOptions struct {
+	Spec
+	Stdin    bool
+	Tag      string
+	Timeout  time.Duration
+	Buffer   int
+	Overflow stream.Policy
+	Grace    time.Duration
+}
+
+// Exec starts a command in its own session with stdout and stderr going
+// into a new stream.
+func (m *Manager) Exec(o ExecOptions) (*stream.Stream, error) {
+	if o.Buffer < 0 || o.Buffer > stream.MaxByteCapacity {
+		return nil, wire.Errorf(wire.CodeBadRequest, "buffer must be between 0 and %d bytes", stream.MaxByteCapacity)
+	}
+	res, err := m.defaults.Resolve(o.Spec)
+	if err != nil {
+		return nil, err
+	}
+	p, err := m.spawn(res, o)
+	if err != nil {
+		return nil, err
+	}
+	return p.s, nil
+}
+
+func (m *Manager) spawn(res Resolved, o ExecOptions) (*process, error) {
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		return nil, wire.Errorf(wire.CodeUnavailable, "agent is shutting down")
+	}
+	pp, err := openPipes(o.Stdin)
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeLimit, "cannot create pipes: %v", err)
+	}
+	pid, status, err := m.reaper.ForkExec(res.Path, res.Argv, res.Attr(pp.childFiles()))
+	pp.closeChildEnds()
+	if err != nil {
+		pp.closeParentEnds()
+		return nil, wire.Errorf(wire.CodeBadRequest, "cannot start %s: %v", res.Argv[0], err)
+	}
+	p := &process{m: m, pid: pid, exited: make(chan struct{})}
+	if o.Stdin {
+		w := pp.stdinW
+		p.input, p.stdin = stream.NewInput(w, w.Close, 0), w
+	}
+	p.s = m.reg.Create(stream.Config{
+		Kind: stream.KindProcess,
+		Channels: []stream.ChannelSpec{
+			{Name: "stdout", Unit: stream.Bytes, Policy: o.Overflow, Capacity: o.Buffer},
+			{Name: "stderr", Unit: stream.Bytes, Policy: o.Overflow, Capacity: o.Buffer},
+		},
+		Grace: o.Grace, Pid: pid, Tag: o.Tag, Argv: res.Argv, Control: p,
+	})
+	m.mu.Lock()
+	m.running[pid] = p
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go p.run(status, []*os.File{pp.stdoutR, pp.stderrR}, o.Timeout)
+	m.log.Debug("exec", zap.Uint64("stream", p.s.ID), zap.Int("pid", pid), zap.Strings("argv", res.Argv))
+	return p, nil
+}
+
+// Close kills every running process group (TERM, then KILL after
+// KillGrace) and waits until their streams have ended.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closed = true
+	procs := make([]*process, 0, len(m.running))
+	for _, p := range m.running {
+		procs = append(procs, p)
+	}
+	m.mu.Unlock()
+	for _, p := range procs {
+		go p.terminate()
+	}
+	m.wg.Wait()
+}
+
+func (m *Manager) forget(p *process) {
+	m.mu.Lock()
+	delete(m.running, p.pid)
+	m.mu.Unlock()
+	m.wg.Done()
+}
+
+// pipes are the three stdio pipes of a new process.
+type pipes struct {
+	stdinR, stdinW   *os.File // nil without stdin: the child gets /dev/null
+	devNull          *os.File
+	stdoutR, stdoutW *os.File
+	stderrR, stderrW *os.File
+}
+
+// pipeSize is raised from the kernel's 64 KiB default so a fast producer
+// makes fewer, larger writes; failure to raise it is harmless.
+const pipeSize = 1 << 20
+
+func openPipes(stdin bool) (*pipes, error) {
+	pp := &pipes{}
+	var err error
+	if stdin {
+		if pp.stdinR, pp.stdinW, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+	} else if pp.devNull, err = os.Open(os.DevNull); err != nil {
+		return nil, err
+	}
+	if pp.stdoutR, pp.stdoutW, err = os.Pipe(); err != nil {
+		pp.closeChildEnds()
+		pp.closeParentEnds()
+		return nil, err
+	}
+	if pp.stderrR, pp.stderrW, err = os.Pipe(); err != nil {
+		pp.closeChildEnds()
+		pp.closeParentEnds()
+		return nil, err
+	}
+	for _, f := range []*os.File{pp.stdoutR, pp.stderrR} {
+		setPipeSize(f)
+	}
+	return pp, nil
+}
+
+func (pp *pipes) childFiles() []uintptr {
+	in := pp.devNull
+	if pp.stdinR != nil {
+		in = pp.stdinR
+	}
+	return []uintptr{in.Fd(), pp.stdoutW.Fd(), pp.stderrW.Fd()}
+}
+
+func (pp *pipes) closeChildEnds() {
+	for _, f := range []*os.File{pp.stdinR, pp.devNull, pp.stdoutW, pp.stderrW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+func (pp *pipes) closeParentEnds() {
+	for _, f := range []*os.File{pp.stdinW, pp.stdoutR, pp.stderrR} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// errEnded is returned by operations on a process that has exited.
+func errEnded(id uint64) error {
+	return wire.Errorf(wire.CodeConflict, "process of stream %d has exited", id)
+}
+

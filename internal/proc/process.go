@@ -1,0 +1,196 @@
+package proc
+
+import (
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// drainIdle bounds how long a stream stays open after its leader exited
+// while background members of the group keep the output pipes open and
+// produce nothing the client is waiting to read.
+const drainIdle = 2 * time.Second
+
+// readSize is one read from an output pipe.
+const readSize = 64 << 10
+
+// process is a running command; it is its stream's Control.
+type process struct {
+	m      *Manager
+	pid    int
+	s      *stream.Stream
+	input  *stream.Input // nil without stdin
+	stdin  *os.File      // write end of stdin, owned by input
+	exited chan struct{} // closed when the leader has been reaped
+
+	termOnce sync.Once
+}
+
+// run owns the process: it copies output into the logs, enforces the
+// timeout, and finishes the stream once the leader exited and the output
+// is drained.
+func (p *process) run(status <-chan Status, outs []*os.File, timeout time.Duration) {
+	defer p.m.forget(p)
+	logs := p.s.Logs()
+	var readers sync.WaitGroup
+	var writing atomic.Int32 // readers blocked on a full log, not on the pipe
+	for i, f := range outs {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			copyOut(f, logs[i], &writing)
+		}()
+	}
+	readersDone := make(chan struct{})
+	go func() { readers.Wait(); close(readersDone) }()
+
+	var timer <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	var st Status
+wait:
+	for {
+		select {
+		case st = <-status:
+			break wait
+		case <-timer:
+			timer = nil
+			go p.terminate()
+		}
+	}
+	close(p.exited)
+	if p.input != nil {
+		p.stdin.Close() // unblocks a write to a pipe nobody reads any more
+		p.input.Stop()
+	}
+
+	// The leader is gone; wait for the pipes to reach EOF, but not forever
+	// if a background member holds them open without producing output.
+	tick := time.NewTicker(50 * time.Millisecond)
+	idle := time.Duration(0)
+	for idle < drainIdle {
+		select {
+		case <-readersDone:
+			idle = drainIdle
+		case <-tick.C:
+			if writing.Load() == 0 {
+				idle += 50 * time.Millisecond
+			}
+		}
+	}
+	tick.Stop()
+	for _, f := range outs {
+		f.Close() // unblocks a reader still waiting on a held-open pipe
+	}
+	<-readersDone
+	p.s.Finish(exitEnd(st))
+}
+
+// copyOut reads a pipe into a log until EOF or until the pipe is closed.
+func copyOut(f *os.File, l *stream.Log, writing *atomic.Int32) {
+	buf := make([]byte, readSize)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			writing.Add(1)
+			_, werr := l.Write(buf[:n])
+			writing.Add(-1)
+			if werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func exitEnd(st Status) stream.End {
+	e := stream.End{Reason: stream.ReasonExit}
+	if st.Wait.Signaled() {
+		e.Signal = SignalName(st.Wait.Signal())
+	} else {
+		code := st.Wait.ExitStatus()
+		e.ExitCode = &code
+	}
+	return e
+}
+
+// terminate sends SIGTERM to the group and SIGKILL after KillGrace.
+func (p *process) terminate() {
+	p.termOnce.Do(func() {
+		Kill(p.pid, syscall.SIGTERM, true)
+		select {
+		case <-p.exited:
+			// Members of the group may outlive the leader.
+			t := time.NewTimer(KillGrace)
+			defer t.Stop()
+			<-t.C
+		case <-time.After(KillGrace):
+		}
+		Kill(p.pid, syscall.SIGKILL, true)
+	})
+}
+
+// Signal sends sig to the process group (or only the leader).
+func (p *process) Signal(sig syscall.Signal, group bool) error {
+	select {
+	case <-p.exited:
+		if !group {
+			return errEnded(p.s.ID)
+		}
+	default:
+	}
+	if err := Kill(p.pid, sig, group); err != nil {
+		return wire.Errorf(wire.CodeInternal, "kill %d: %v", p.pid, err)
+	}
+	return nil
+}
+
+// WriteInput queues bytes for the process's stdin.
+func (p *process) WriteInput(b []byte) error {
+	if p.input == nil {
+		return wire.Errorf(wire.CodeBadRequest, "stream %d was started without stdin (exec with \"stdin\": true)", p.s.ID)
+	}
+	return inputError(p.s.ID, p.input.Write(b))
+}
+
+// CloseInput closes stdin once queued input is written.
+func (p *process) CloseInput() error {
+	if p.input == nil {
+		return wire.Errorf(wire.CodeBadRequest, "stream %d was started without stdin", p.s.ID)
+	}
+	return inputError(p.s.ID, p.input.CloseInput())
+}
+
+func inputError(id uint64, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, stream.ErrInputFull):
+		return wire.Errorf(wire.CodeLimit, "stdin queue of stream %d is full (1 MiB): the process is not reading", id)
+	case errors.Is(err, stream.ErrInputClosed), errors.Is(err, io.ErrClosedPipe), errors.Is(err, syscall.EPIPE):
+		return wire.Errorf(wire.CodeConflict, "stdin of stream %d is closed", id)
+	}
+	return wire.Errorf(wire.CodeInternal, "stdin of stream %d: %v", id, err)
+}
+
+func setPipeSize(f *os.File) {
+	if rc, err := f.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize)
+		})
+	}
+}

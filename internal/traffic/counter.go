@@ -1,0 +1,96 @@
+// Package traffic counts the bytes that cross the agent's websocket endpoint
+// and decides when the sandbox is idle, so the host can suspend it.
+//
+// Only payload bytes of websocket messages count. Health probes, metrics
+// scrapes and traffic polls never touch the counter: a host that watches a
+// sandbox must not keep it awake by watching.
+package traffic
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// MinIdleSeconds is the smallest idle policy the agent accepts: anything
+// shorter would suspend sandboxes between two keystrokes of a user.
+const MinIdleSeconds = 60
+
+// Counter is safe for concurrent use; the zero value is not: use NewCounter.
+type Counter struct {
+	in, out atomic.Uint64
+	last    atomic.Int64 // unix ns of the last counted byte
+	conns   atomic.Int64
+	maxIdle atomic.Int64 // seconds; 0 means no idle policy
+	now     func() time.Time
+}
+
+// NewCounter starts counting; the last activity starts now.
+func NewCounter() *Counter {
+	c := &Counter{now: time.Now}
+	c.last.Store(c.now().UnixNano())
+	return c
+}
+
+// In counts n bytes received.
+func (c *Counter) In(n int) {
+	c.in.Add(uint64(n))
+	c.last.Store(c.now().UnixNano())
+}
+
+// Out counts n bytes sent.
+func (c *Counter) Out(n int) {
+	c.out.Add(uint64(n))
+	c.last.Store(c.now().UnixNano())
+}
+
+// Touch resets the idle clock without counting bytes (a resume does this).
+func (c *Counter) Touch() { c.last.Store(c.now().UnixNano()) }
+
+// ConnOpened and ConnClosed track open websocket connections.
+func (c *Counter) ConnOpened() { c.conns.Add(1) }
+func (c *Counter) ConnClosed() { c.conns.Add(-1) }
+
+// SetMaxIdle sets the idle policy in seconds; 0 removes it.
+func (c *Counter) SetMaxIdle(seconds int64) error {
+	if seconds != 0 && seconds < MinIdleSeconds {
+		return ErrIdleTooShort
+	}
+	if seconds < 0 {
+		return ErrIdleTooShort
+	}
+	c.maxIdle.Store(seconds)
+	return nil
+}
+
+// Snapshot is the body of GET /v1/traffic.
+type Snapshot struct {
+	BytesIn            uint64      `json:"bytes_in"`
+	BytesOut           uint64      `json:"bytes_out"`
+	LastActivityUnixMs int64       `json:"last_activity_unix_ms"`
+	IdleMs             int64       `json:"idle_ms"`
+	Connections        int64       `json:"connections"`
+	IdlePolicy         *IdlePolicy `json:"idle_policy"`
+	Idle               bool        `json:"idle"`
+}
+
+// IdlePolicy is the configured policy as reported.
+type IdlePolicy struct {
+	MaxIdleSeconds int64 `json:"max_idle_seconds"`
+}
+
+// Snapshot reads the counters.
+func (c *Counter) Snapshot() Snapshot {
+	last := c.last.Load()
+	s := Snapshot{
+		BytesIn:            c.in.Load(),
+		BytesOut:           c.out.Load(),
+		LastActivityUnixMs: last / 1e6,
+		IdleMs:             max(c.now().UnixNano()-last, 0) / 1e6,
+		Connections:        c.conns.Load(),
+	}
+	if m := c.maxIdle.Load(); m > 0 {
+		s.IdlePolicy = &IdlePolicy{MaxIdleSeconds: m}
+		s.Idle = s.IdleMs >= m*1000
+	}
+	return s
+}
