@@ -192,4 +192,3 @@ func (pp *pipes) closeParentEnds() {
 func errEnded(id uint64) error {
 	return wire.Errorf(wire.CodeConflict, "process of stream %d has exited", id)
 }
-
