@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/rayito/rayito-agent/internal/endpoint"
 	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/traffic"
 )
@@ -32,6 +34,18 @@ type config struct {
 	onIdle      string
 	defaultUser string
 	logLevel    string
+	// Resume detectors, each can be switched off.
+	detectVMGenID bool
+	detectVMClock bool
+	detectClock   bool
+}
+
+// envBool reads a boolean environment variable, or def.
+func envBool(name string, def bool) bool {
+	if v, err := strconv.ParseBool(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
 }
 
 // envOr returns the environment variable's value, or def.
@@ -53,6 +67,9 @@ func parseServe(args []string) (config, error) {
 	fs.StringVar(&c.onIdle, "on-idle", envOr("RAYITO_ON_IDLE", ""), "command run once when the sandbox becomes idle (env RAYITO_ON_IDLE)")
 	fs.StringVar(&c.defaultUser, "default-user", envOr("RAYITO_DEFAULT_USER", ""), "user for processes that name none (env RAYITO_DEFAULT_USER)")
 	fs.StringVar(&c.logLevel, "log-level", envOr("RAYITO_LOG_LEVEL", "info"), "debug, info, warn or error (env RAYITO_LOG_LEVEL)")
+	fs.BoolVar(&c.detectVMGenID, "detect-vmgenid", envBool("RAYITO_DETECT_VMGENID", true), "detect resumes from VMGenID change uevents (env RAYITO_DETECT_VMGENID)")
+	fs.BoolVar(&c.detectVMClock, "detect-vmclock", envBool("RAYITO_DETECT_VMCLOCK", true), "detect resumes from /dev/vmclock0's generation counter (env RAYITO_DETECT_VMCLOCK)")
+	fs.BoolVar(&c.detectClock, "detect-clock-jump", envBool("RAYITO_DETECT_CLOCK_JUMP", true), "detect resumes from a jump between the RTC and the system clock (env RAYITO_DETECT_CLOCK_JUMP)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -114,6 +131,9 @@ func serve(args []string) int {
 	return 0
 }
 
+// hookTimeout bounds the --on-idle command.
+const hookTimeout = time.Minute
+
 // run wires the agent together and serves until SIGTERM or SIGINT.
 func run(cfg config, log *zap.Logger) error {
 	reaper, err := proc.NewReaper()
@@ -130,23 +150,76 @@ func run(cfg config, log *zap.Logger) error {
 	if err := counter.SetMaxIdle(cfg.maxIdle); err != nil {
 		return err
 	}
-	srv := endpoint.New(endpoint.Config{
-		Logger:  log.Named("endpoint"),
-		Version: version,
-		Auth:    endpoint.NewAuth(cfg.token),
-		Streams: streams,
-		Traffic: counter,
-		Procs:   procs,
+
+	var clockJump *resume.ClockJumpDetector
+	setClock := func(t time.Time) error {
+		if clockJump != nil {
+			return clockJump.SetClock(resume.SetRealtime, t)
+		}
+		return resume.SetRealtime(t)
+	}
+	// The endpoint and the resume manager need each other: the manager
+	// cuts the endpoint's sessions, the endpoint forwards host reports.
+	var srv *endpoint.Server
+	sessions := sessionsFunc(func(ctx context.Context, gen uint64) { srv.CutForResume(ctx, gen) })
+	resumer, err := resume.New(resume.Options{
+		StateDir: cfg.stateDir, Sessions: sessions, SetClock: setClock,
+		OnResume: counter.Touch, Logger: log.Named("resume"),
+	})
+	if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	srv = endpoint.New(endpoint.Config{
+		Logger:   log.Named("endpoint"),
+		Version:  version,
+		Auth:     endpoint.NewAuth(cfg.token),
+		Streams:  streams,
+		Traffic:  counter,
+		Procs:    procs,
+		Resume:   resumer,
+		Defaults: defaults,
+		SetClock: setClock,
 		Metrics: func(m *endpoint.MetricsWriter) {
 			m.Metric("rayito_orphans_reaped_total", "counter", "Orphaned descendants reaped.", "", float64(reaper.Orphans()))
 		},
 	})
+
+	detected := func(src resume.Source) func() {
+		return func() { go resumer.Resume(context.Background(), resume.Report{Source: src}) }
+	}
+	if cfg.detectVMGenID {
+		if l, err := resume.ListenUevents(detected(resume.SourceVMGenID)); err != nil {
+			log.Warn("vmgenid detector off", zap.Error(err))
+		} else {
+			defer l.Close()
+		}
+	}
+	if cfg.detectVMClock {
+		if w, err := resume.WatchVMClock("", detected(resume.SourceVMClock)); err == nil {
+			defer w.Close()
+			log.Info("vmclock detector on")
+		}
+	}
+	if cfg.detectClock {
+		clockJump = resume.WatchClocks(nil, detected(resume.SourceClock))
+		defer clockJump.Close()
+	}
+	if cfg.onIdle != "" {
+		w := traffic.WatchIdle(counter, func(s traffic.Snapshot) {
+			body, _ := json.Marshal(s)
+			st, err := reaper.RunHook(cfg.onIdle, body, hookTimeout)
+			log.Info("on-idle hook ran", zap.Int("exit_code", st.ExitCode()), zap.Error(err))
+		})
+		defer w.Close()
+	}
+
 	l, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return err
 	}
 	log.Info("serving", zap.String("listen", l.Addr().String()), zap.String("version", version),
-		zap.Bool("token_set", cfg.token != ""), zap.String("state_dir", cfg.stateDir))
+		zap.Bool("token_set", cfg.token != ""), zap.String("state_dir", cfg.stateDir),
+		zap.Uint64("resume_generation", resumer.Generation()))
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -163,3 +236,8 @@ func run(cfg config, log *zap.Logger) error {
 	procs.Close()
 	return err
 }
+
+// sessionsFunc adapts a function to resume.Sessions.
+type sessionsFunc func(ctx context.Context, gen uint64)
+
+func (f sessionsFunc) CutForResume(ctx context.Context, gen uint64) { f(ctx, gen) }

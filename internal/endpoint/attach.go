@@ -32,6 +32,9 @@ type attachment struct {
 func (ss *Session) attach(st *stream.Stream, from map[string]uint64, window int) (func(), error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	if ss.cutting {
+		return nil, wire.Errorf(wire.CodeUnavailable, "the VM was resumed: reconnect and attach again")
+	}
 	if _, ok := ss.atts[st.ID]; ok {
 		return nil, wire.Errorf(wire.CodeConflict, "stream %d is already attached on this connection", st.ID)
 	}

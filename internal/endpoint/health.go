@@ -7,59 +7,34 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/rayito/rayito-agent/internal/resume"
 )
-
-// StateSource reports the resume state; the resume package implements it.
-type StateSource interface {
-	ResumeState() ResumeState
-}
-
-// ResumeState is the part of /health that resumes change.
-type ResumeState struct {
-	Generation      uint64         `json:"resume_generation"`
-	KernelStateLost bool           `json:"kernel_state_lost"`
-	Kernels         []KernelHealth `json:"kernels"`
-	LastResume      *LastResume    `json:"last_resume,omitempty"`
-}
-
-// KernelHealth is one kernel's state as /health reports it.
-type KernelHealth struct {
-	Kernel string `json:"kernel"`
-	State  string `json:"state"`
-}
-
-// LastResume describes the most recent resume sequence.
-type LastResume struct {
-	Source     string `json:"source"`
-	AtUnixMs   int64  `json:"at_unix_ms"`
-	DurationMs int64  `json:"duration_ms"`
-	ResumeID   string `json:"resume_id,omitempty"`
-}
 
 // Health is the body of GET /health.
 type Health struct {
 	Status  string `json:"status"`
 	Version string `json:"version"`
-	ResumeState
+	resume.State
 	UptimeMs int64 `json:"uptime_ms"`
 }
 
 func (s *Server) health() Health {
 	h := Health{Status: "ok", Version: s.cfg.Version, UptimeMs: time.Since(s.started).Milliseconds()}
-	if s.cfg.State != nil {
-		h.ResumeState = s.cfg.State.ResumeState()
+	if s.cfg.Resume != nil {
+		h.State = s.cfg.Resume.State()
 	}
 	if h.Kernels == nil {
-		h.Kernels = []KernelHealth{}
+		h.Kernels = []resume.KernelHealth{}
 	}
 	return h
 }
 
 func (s *Server) generation() uint64 {
-	if s.cfg.State == nil {
+	if s.cfg.Resume == nil {
 		return 0
 	}
-	return s.cfg.State.ResumeState().Generation
+	return s.cfg.Resume.Generation()
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

@@ -14,12 +14,12 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/traffic"
 	"github.com/rayito/rayito-agent/internal/wire"
@@ -34,9 +34,13 @@ type Config struct {
 	Streams *stream.Registry
 	Traffic *traffic.Counter
 	Procs   Execer
-	// State reports resume state for /health and the hello event; nil
-	// reports generation 0 and no kernels.
-	State StateSource
+	// Resume owns the resume generation; nil reports generation 0 and
+	// makes POST /v1/resume unsupported.
+	Resume Resumer
+	// Defaults are the process defaults that POST /v1/init changes.
+	Defaults *proc.Defaults
+	// SetClock sets the wall clock for /v1/init's time_unix_ns.
+	SetClock func(time.Time) error
 	// Metrics adds lines to /metrics (Prometheus text format).
 	Metrics func(w *MetricsWriter)
 }
@@ -74,8 +78,8 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /v1/connect", s.authed(s.handleConnect))
 	s.mux.HandleFunc("GET /v1/traffic", s.authed(s.handleTraffic))
 	s.mux.HandleFunc("GET /metrics", s.authed(s.handleMetrics))
-	s.mux.HandleFunc("POST /v1/init", s.handleUnsupported)
-	s.mux.HandleFunc("POST /v1/resume", s.authed(s.handleUnsupported))
+	s.mux.HandleFunc("POST /v1/init", s.handleInit)
+	s.mux.HandleFunc("POST /v1/resume", s.authed(s.handleResume))
 	s.http = &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
 	return s
 }
@@ -137,10 +141,6 @@ func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func (s *Server) handleUnsupported(w http.ResponseWriter, r *http.Request) {
-	writeError(w, http.StatusNotImplemented, wire.Errorf(wire.CodeUnsupported, "%s is not available in this build", r.URL.Path))
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -150,9 +150,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, e *wire.Error) {
 	writeJSON(w, status, map[string]*wire.Error{"error": e})
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }

@@ -48,6 +48,7 @@ type Session struct {
 	closeWhy   string
 	pumps      sync.WaitGroup
 	generation uint64 // resume generation when the session opened
+	cutting    bool   // a resume is closing the session: no new attachments
 }
 
 // outFrame is one message for the writer. A frame with close set ends the

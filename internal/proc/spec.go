@@ -109,11 +109,9 @@ func (d *Defaults) Resolve(spec Spec) (Resolved, error) {
 	}
 
 	env := map[string]string{}
-	for _, kv := range os.Environ() {
+	for _, kv := range cleanEnviron() {
 		k, v, _ := strings.Cut(kv, "=")
-		if !hasAnyPrefix(k, secretEnv) {
-			env[k] = v
-		}
+		env[k] = v
 	}
 	if env["PATH"] == "" {
 		env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -224,6 +222,17 @@ func unwrapPathErr(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// cleanEnviron is the agent's environment without its own secrets.
+func cleanEnviron() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !hasAnyPrefix(kv, secretEnv) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func hasAnyPrefix(s string, prefixes []string) bool {

@@ -69,7 +69,7 @@ type Snapshot struct {
 	LastActivityUnixMs int64       `json:"last_activity_unix_ms"`
 	IdleMs             int64       `json:"idle_ms"`
 	Connections        int64       `json:"connections"`
-	IdlePolicy         *IdlePolicy `json:"idle_policy"`
+	IdlePolicy         *IdlePolicy `json:"idle_policy,omitempty"`
 	Idle               bool        `json:"idle"`
 }
 

@@ -1,0 +1,16 @@
+// Package resume notices that the VM was restored from a memory snapshot
+// and runs the agent's resume sequence exactly once per restore.
+//
+// Several detectors may report the same restore: the host's POST
+// /v1/resume, the VMGenID change uevent, the VMClock generation counter,
+// and a jump between the guest's clocks. Any of them may be missing on a
+// given hypervisor, so all of them feed one Manager that deduplicates: each
+// source reports a restore at most once, so a report from a source that
+// has not yet reported the current restore, arriving within DedupWindow of
+// it, belongs to it; anything else is a new restore.
+//
+// The sequence (protocol section 7): set the clock if the host sent one,
+// check every kernel, publish the new generation, then cut every
+// connection opened before the restore so clients reattach from their
+// cursors.
+package resume

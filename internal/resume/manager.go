@@ -1,0 +1,288 @@
+package resume
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// Source names a resume detector.
+type Source string
+
+const (
+	SourceHost    Source = "host"    // POST /v1/resume
+	SourceVMGenID Source = "vmgenid" // NEW_VMGENID uevent
+	SourceVMClock Source = "vmclock" // vm_generation_counter change
+	SourceClock   Source = "clock"   // guest clocks disagree by a jump
+	SourceBoot    Source = "boot"    // cold boot on a disk with state
+)
+
+// Tuning of the resume sequence.
+const (
+	// DedupWindow is how long after a resume a report from another source
+	// still belongs to it. A host's POST can come seconds after the guest
+	// noticed the restore itself under software emulation.
+	DedupWindow = 5 * time.Second
+	// KernelCheckBound bounds the kernel check: a hung kernel costs about
+	// a second, never more, so health reads are not held up long.
+	KernelCheckBound = 1200 * time.Millisecond
+	// CutBound bounds how long the sequence waits for old connections to
+	// flush their end events before dropping them.
+	CutBound = 2 * time.Second
+	// answersKept bounds the memory of idempotent resume_id answers.
+	answersKept = 64
+)
+
+// Kernels is what the sequence needs of the Jupyter manager.
+type Kernels interface {
+	// Check checks every kernel within ctx, marks the ones that did not
+	// answer as lost, and returns every kernel's state.
+	Check(ctx context.Context) []KernelHealth
+	// List returns every kernel's current state without checking.
+	List() []KernelHealth
+}
+
+// Sessions is what the sequence needs of the endpoint.
+type Sessions interface {
+	// CutForResume ends every attachment of every connection opened before
+	// generation gen with reason resume, then closes those connections
+	// with code 4000; it returns when that is done or ctx ends.
+	CutForResume(ctx context.Context, gen uint64)
+}
+
+// Options configures a Manager. Nil interfaces are skipped.
+type Options struct {
+	StateDir string
+	Kernels  Kernels
+	Sessions Sessions
+	// SetClock sets CLOCK_REALTIME; nil uses clock_settime.
+	SetClock func(t time.Time) error
+	// OnResume runs after each sequence (the idle clock resets there).
+	OnResume func()
+	Logger   *zap.Logger
+}
+
+// Report is one detector saying the VM was resumed.
+type Report struct {
+	Source     Source
+	ResumeID   string // host reports: retries with the same id are one resume
+	TimeUnixNs int64  // host reports: the wall clock to set
+}
+
+// Manager owns the resume generation. Safe for concurrent use.
+type Manager struct {
+	o   Options
+	log *zap.Logger
+
+	seq sync.Mutex // one sequence at a time, in arrival order
+
+	mu          sync.Mutex
+	gen         uint64
+	lost        bool
+	lostKernels []KernelHealth // kernels lost by a cold boot
+	last        *LastResume
+	lastAt      time.Time
+	reported    map[Source]bool // sources that reported the current resume
+	answers     map[string]State
+	answerOrder []string
+}
+
+// New loads the persisted state. On a cold boot over existing state it
+// bumps the generation and reports the kernels that existed as lost.
+func New(o Options) (*Manager, error) {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.SetClock == nil {
+		o.SetClock = SetRealtime
+	}
+	m := &Manager{o: o, log: o.Logger, reported: map[Source]bool{}, answers: map[string]State{}}
+	if o.StateDir == "" {
+		return m, nil
+	}
+	p, found, err := loadState(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	boot := bootID()
+	m.gen = p.Generation
+	if found && p.BootID != boot {
+		m.gen++
+		for _, k := range p.Kernels {
+			m.lostKernels = append(m.lostKernels, KernelHealth{Kernel: k, State: "lost"})
+		}
+		m.lost = len(p.Kernels) > 0
+		m.last = &LastResume{Source: SourceBoot, AtUnixMs: time.Now().UnixMilli()}
+		m.log.Info("cold boot over earlier state", zap.Uint64("generation", m.gen), zap.Strings("lost_kernels", p.Kernels))
+	} else if found && len(p.Kernels) > 0 {
+		// The agent restarted within one boot: its kernels were its
+		// children and cannot be reached any more.
+		for _, k := range p.Kernels {
+			m.lostKernels = append(m.lostKernels, KernelHealth{Kernel: k, State: "lost"})
+		}
+		m.lost = true
+	}
+	if err := saveState(o.StateDir, persisted{Generation: m.gen, BootID: boot}); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// State returns the current resume state.
+func (m *Manager) State() State {
+	m.mu.Lock()
+	s := State{Generation: m.gen, KernelStateLost: m.lost, LastResume: m.last}
+	s.Kernels = append(s.Kernels, m.lostKernels...)
+	m.mu.Unlock()
+	if m.o.Kernels != nil {
+		s.Kernels = append(s.Kernels, m.o.Kernels.List()...)
+	}
+	if s.Kernels == nil {
+		s.Kernels = []KernelHealth{}
+	}
+	return s
+}
+
+// Generation returns the published generation.
+func (m *Manager) Generation() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gen
+}
+
+// Resume runs the resume sequence for a report, unless the report belongs
+// to a resume already handled, and returns the state after it.
+func (m *Manager) Resume(ctx context.Context, r Report) State {
+	m.seq.Lock()
+	defer m.seq.Unlock()
+	if r.ResumeID != "" {
+		m.mu.Lock()
+		ans, ok := m.answers[r.ResumeID]
+		m.mu.Unlock()
+		if ok {
+			return ans
+		}
+	}
+	if m.duplicate(r.Source) {
+		m.log.Debug("resume already handled", zap.String("source", string(r.Source)))
+		if r.TimeUnixNs > 0 {
+			m.setClock(r.TimeUnixNs)
+		}
+		return m.remember(r.ResumeID, m.State())
+	}
+	start := time.Now()
+	if r.TimeUnixNs > 0 {
+		m.setClock(r.TimeUnixNs)
+	}
+	lost := false
+	if m.o.Kernels != nil {
+		cctx, cancel := context.WithTimeout(ctx, KernelCheckBound)
+		for _, k := range m.o.Kernels.Check(cctx) {
+			if k.State == "lost" {
+				lost = true
+			}
+		}
+		cancel()
+	}
+	m.mu.Lock()
+	m.gen++
+	gen := m.gen
+	m.lost = lost
+	m.lostKernels = nil
+	m.mu.Unlock()
+	m.persist()
+	if m.o.Sessions != nil {
+		cctx, cancel := context.WithTimeout(ctx, CutBound)
+		m.o.Sessions.CutForResume(cctx, gen)
+		cancel()
+	}
+	if m.o.OnResume != nil {
+		m.o.OnResume()
+	}
+	m.mu.Lock()
+	m.last = &LastResume{Source: r.Source, ResumeID: r.ResumeID, AtUnixMs: start.UnixMilli(), DurationMs: time.Since(start).Milliseconds()}
+	m.mu.Unlock()
+	m.log.Info("resumed", zap.Uint64("generation", gen), zap.String("source", string(r.Source)),
+		zap.Bool("kernel_state_lost", lost), zap.Duration("took", time.Since(start)))
+	return m.remember(r.ResumeID, m.State())
+}
+
+// duplicate decides whether a report belongs to the current resume, and
+// records the source's report either way.
+func (m *Manager) duplicate(src Source) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	if !m.lastAt.IsZero() && now.Sub(m.lastAt) < DedupWindow && !m.reported[src] {
+		m.reported[src] = true
+		return true
+	}
+	m.lastAt = now
+	m.reported = map[Source]bool{src: true}
+	return false
+}
+
+func (m *Manager) remember(id string, s State) State {
+	if id == "" {
+		return s
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.answers[id]; !ok {
+		m.answers[id] = s
+		m.answerOrder = append(m.answerOrder, id)
+		if len(m.answerOrder) > answersKept {
+			delete(m.answers, m.answerOrder[0])
+			m.answerOrder = m.answerOrder[1:]
+		}
+	}
+	return s
+}
+
+func (m *Manager) setClock(ns int64) {
+	err := m.o.SetClock(time.Unix(0, ns))
+	switch {
+	case err == nil:
+		m.log.Info("clock set from host", zap.Time("time", time.Unix(0, ns)))
+	case errors.Is(err, syscall.EPERM):
+		m.log.Warn("cannot set the clock: the agent lacks CAP_SYS_TIME", zap.Error(err))
+	default:
+		m.log.Warn("cannot set the clock", zap.Error(err))
+	}
+}
+
+// SaveKernels records which kernels exist, so a cold boot can report them.
+func (m *Manager) SaveKernels(ids []string) {
+	m.mu.Lock()
+	gen := m.gen
+	m.mu.Unlock()
+	if m.o.StateDir == "" {
+		return
+	}
+	if err := saveState(m.o.StateDir, persisted{Generation: gen, BootID: bootID(), Kernels: ids}); err != nil {
+		m.log.Warn("saving state", zap.Error(err))
+	}
+}
+
+func (m *Manager) persist() {
+	var ids []string
+	if m.o.Kernels != nil {
+		for _, k := range m.o.Kernels.List() {
+			if k.State != "lost" && k.State != "dead" {
+				ids = append(ids, k.Kernel)
+			}
+		}
+	}
+	m.SaveKernels(ids)
+}
+
+// SetRealtime sets CLOCK_REALTIME (needs CAP_SYS_TIME).
+func SetRealtime(t time.Time) error {
+	ts := unix.NsecToTimespec(t.UnixNano())
+	return unix.ClockSettime(unix.CLOCK_REALTIME, &ts)
+}

@@ -1,0 +1,104 @@
+package resume
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// State is what /health reports about resumes and kernels.
+type State struct {
+	Generation      uint64         `json:"resume_generation"`
+	KernelStateLost bool           `json:"kernel_state_lost"`
+	Kernels         []KernelHealth `json:"kernels"`
+	LastResume      *LastResume    `json:"last_resume,omitempty"`
+}
+
+// KernelHealth is one kernel as /health reports it.
+type KernelHealth struct {
+	Kernel string `json:"kernel"`
+	State  string `json:"state"`
+}
+
+// LastResume describes the most recent resume sequence.
+type LastResume struct {
+	Source     Source `json:"source"`
+	ResumeID   string `json:"resume_id,omitempty"`
+	AtUnixMs   int64  `json:"at_unix_ms"`
+	DurationMs int64  `json:"duration_ms"`
+}
+
+// persisted is the state file: enough to notice a cold boot on the same
+// disk and to report the kernels it lost.
+type persisted struct {
+	Generation uint64   `json:"generation"`
+	BootID     string   `json:"boot_id"`
+	Kernels    []string `json:"kernels"`
+}
+
+const stateFile = "state.json"
+
+func loadState(dir string) (persisted, bool, error) {
+	var p persisted
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return p, false, nil
+	}
+	if err != nil {
+		return p, false, err
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return p, false, fmt.Errorf("%s: %w", filepath.Join(dir, stateFile), err)
+	}
+	return p, true, nil
+}
+
+// saveState writes the file atomically: a crash leaves the old or the new
+// state, never a torn one.
+func saveState(dir string, p persisted) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, stateFile+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, stateFile)); err != nil {
+		return err
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// bootID identifies this boot of the kernel; it survives a snapshot
+// restore (memory is restored) but not a cold boot.
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}

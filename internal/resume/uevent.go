@@ -1,0 +1,66 @@
+package resume
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// UeventListener reports the kernel's VMGenID change uevents. Linux 5.18+
+// emits a "change" uevent with NEW_VMGENID=1 on the vmgenid device when
+// the hypervisor changes the generation id, as a restore does.
+type UeventListener struct {
+	f      *os.File
+	report func()
+	done   chan struct{}
+}
+
+// ListenUevents opens a kernel uevent socket and calls report for each
+// VMGenID change until Close.
+func ListenUevents(report func()) (*UeventListener, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_KOBJECT_UEVENT)
+	if err != nil {
+		return nil, fmt.Errorf("uevent socket: %w", err)
+	}
+	// Group 1 carries the kernel's own events (group 2 is udev's copies).
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("uevent bind: %w", err)
+	}
+	l := &UeventListener{f: os.NewFile(uintptr(fd), "uevent"), report: report, done: make(chan struct{})}
+	go l.loop()
+	return l, nil
+}
+
+func (l *UeventListener) loop() {
+	defer close(l.done)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := l.f.Read(buf)
+		if err != nil {
+			return
+		}
+		if IsVMGenIDChange(buf[:n]) {
+			l.report()
+		}
+	}
+}
+
+// Close stops listening.
+func (l *UeventListener) Close() {
+	l.f.Close()
+	<-l.done
+}
+
+// IsVMGenIDChange reports whether a raw uevent message (NUL-separated
+// "KEY=value" fields after an "action@devpath" header) is a VMGenID change.
+func IsVMGenIDChange(msg []byte) bool {
+	for _, field := range bytes.Split(msg, []byte{0}) {
+		if bytes.Equal(field, []byte("NEW_VMGENID=1")) {
+			return true
+		}
+	}
+	return false
+}
