@@ -44,12 +44,16 @@ type ClockJumpDetector struct {
 
 // WatchClocks starts the detector; clocks nil reads the real ones.
 func WatchClocks(clocks Clocks, report func()) *ClockJumpDetector {
+	return watchClocks(clocks, clockTick, report)
+}
+
+func watchClocks(clocks Clocks, every time.Duration, report func()) *ClockJumpDetector {
 	if clocks == nil {
 		clocks = systemClocks{}
 	}
 	d := &ClockJumpDetector{clocks: clocks, report: report, stop: make(chan struct{}), finished: make(chan struct{})}
 	d.rebaselineLocked()
-	go d.loop()
+	go d.loop(every)
 	return d
 }
 
@@ -82,9 +86,9 @@ func (d *ClockJumpDetector) Check() bool {
 	return jumped
 }
 
-func (d *ClockJumpDetector) loop() {
+func (d *ClockJumpDetector) loop(every time.Duration) {
 	defer close(d.finished)
-	t := time.NewTicker(clockTick)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {

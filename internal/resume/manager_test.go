@@ -1,0 +1,239 @@
+package resume
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// kernelTable is a Kernels whose answers the test sets: the sequence's
+// own logic is under test here; the real kernel check is tested with real
+// kernels in the jupyter package and end to end.
+type kernelTable struct {
+	mu     sync.Mutex
+	states map[string]string
+	checks int
+}
+
+func (k *kernelTable) Check(ctx context.Context) []KernelHealth {
+	k.mu.Lock()
+	k.checks++
+	k.mu.Unlock()
+	return k.List()
+}
+
+func (k *kernelTable) List() []KernelHealth {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []KernelHealth
+	for id, s := range k.states {
+		out = append(out, KernelHealth{Kernel: id, State: s})
+	}
+	return out
+}
+
+type cutRecorder struct{ gens []uint64 }
+
+func (c *cutRecorder) CutForResume(ctx context.Context, gen uint64) { c.gens = append(c.gens, gen) }
+
+func TestResumeBumpsOncePerResumeID(t *testing.T) {
+	cuts := &cutRecorder{}
+	m, err := New(Options{StateDir: t.TempDir(), Sessions: cuts, SetClock: func(time.Time) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := m.Generation(); g != 0 {
+		t.Fatalf("fresh state generation %d", g)
+	}
+	s := m.Resume(context.Background(), Report{Source: SourceHost, ResumeID: "r1"})
+	if s.Generation != 1 || s.LastResume == nil || s.LastResume.Source != SourceHost {
+		t.Fatalf("after first resume: %+v", s)
+	}
+	again := m.Resume(context.Background(), Report{Source: SourceHost, ResumeID: "r1"})
+	if again.Generation != 1 {
+		t.Fatalf("repeated resume_id bumped to %d", again.Generation)
+	}
+	// The host reporting again with a new id is a new resume, even at once.
+	if s := m.Resume(context.Background(), Report{Source: SourceHost, ResumeID: "r2"}); s.Generation != 2 {
+		t.Fatalf("second resume: generation %d", s.Generation)
+	}
+	if len(cuts.gens) != 2 || cuts.gens[0] != 1 || cuts.gens[1] != 2 {
+		t.Fatalf("sessions cut for %v, want [1 2]", cuts.gens)
+	}
+}
+
+func TestDetectorsOfOneResumeAreDeduplicated(t *testing.T) {
+	m, err := New(Options{SetClock: func(time.Time) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	m.Resume(ctx, Report{Source: SourceVMGenID})
+	m.Resume(ctx, Report{Source: SourceClock})
+	s := m.Resume(ctx, Report{Source: SourceHost, ResumeID: "x"})
+	if s.Generation != 1 {
+		t.Fatalf("three detectors of one resume gave generation %d", s.Generation)
+	}
+	// The uevent of the next restore is a new resume: vmgenid already
+	// reported the first one.
+	if s := m.Resume(ctx, Report{Source: SourceVMGenID}); s.Generation != 2 {
+		t.Fatalf("next restore: generation %d", s.Generation)
+	}
+	if s := m.Resume(ctx, Report{Source: SourceHost, ResumeID: "y"}); s.Generation != 2 {
+		t.Fatalf("host report of the next restore bumped again: %d", s.Generation)
+	}
+}
+
+func TestConcurrentReportsBumpOnce(t *testing.T) {
+	m, _ := New(Options{})
+	var wg sync.WaitGroup
+	for _, src := range []Source{SourceHost, SourceVMGenID, SourceVMClock, SourceClock} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.Resume(context.Background(), Report{Source: src})
+		}()
+	}
+	wg.Wait()
+	if g := m.Generation(); g != 1 {
+		t.Fatalf("4 detectors at once gave generation %d", g)
+	}
+}
+
+func TestKernelLossIsReportedAndPublishedWithGeneration(t *testing.T) {
+	k := &kernelTable{states: map[string]string{"k1": "alive", "k2": "lost"}}
+	m, _ := New(Options{Kernels: k})
+	s := m.Resume(context.Background(), Report{Source: SourceHost})
+	if !s.KernelStateLost || s.Generation != 1 || k.checks != 1 {
+		t.Fatalf("state %+v after %d checks", s, k.checks)
+	}
+	k.mu.Lock()
+	k.states = map[string]string{"k1": "alive"}
+	k.mu.Unlock()
+	if s := m.Resume(context.Background(), Report{Source: SourceHost}); s.KernelStateLost {
+		t.Fatalf("a resume that lost nothing still reports a loss: %+v", s)
+	}
+}
+
+func TestColdBootBumpsAndReportsKernelsLost(t *testing.T) {
+	dir := t.TempDir()
+	m, _ := New(Options{StateDir: dir})
+	m.Resume(context.Background(), Report{Source: SourceHost})
+	m.SaveKernels([]string{"k1", "k2"})
+	// A cold boot: the state file says another boot.
+	p, _, err := loadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.BootID = "another-boot"
+	if err := saveState(dir, p); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := New(Options{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := m2.State()
+	if s.Generation != 2 || !s.KernelStateLost || len(s.Kernels) != 2 || s.Kernels[0].State != "lost" || s.LastResume.Source != SourceBoot {
+		t.Fatalf("after cold boot: %+v", s)
+	}
+	// An agent restart within the same boot keeps the generation.
+	m3, _ := New(Options{StateDir: dir})
+	if s := m3.State(); s.Generation != 2 {
+		t.Fatalf("restart in the same boot changed generation to %d", s.Generation)
+	}
+}
+
+func TestCorruptStateIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, stateFile), []byte("{not json"), 0o600)
+	if _, err := New(Options{StateDir: dir}); err == nil {
+		t.Fatal("corrupt state file accepted")
+	}
+}
+
+func TestClockIsSetFromHostTime(t *testing.T) {
+	var got atomic.Int64
+	m, _ := New(Options{SetClock: func(t time.Time) error { got.Store(t.UnixNano()); return nil }})
+	m.Resume(context.Background(), Report{Source: SourceHost, TimeUnixNs: 1796000000000000000})
+	if got.Load() != 1796000000000000000 {
+		t.Fatalf("clock set to %d", got.Load())
+	}
+}
+
+func TestUeventParsing(t *testing.T) {
+	msg := []byte("change@/devices/LNXSYSTM:00/LNXSYBUS:00/QEMUVGID:00\x00ACTION=change\x00DEVPATH=/devices/LNXSYSTM:00/LNXSYBUS:00/QEMUVGID:00\x00SUBSYSTEM=acpi\x00NEW_VMGENID=1\x00SEQNUM=1234\x00")
+	if !IsVMGenIDChange(msg) {
+		t.Fatal("vmgenid uevent not recognised")
+	}
+	if IsVMGenIDChange([]byte("add@/devices/virtual/net/lo\x00ACTION=add\x00NEW_VMGENID=0\x00")) {
+		t.Fatal("unrelated uevent taken for a resume")
+	}
+}
+
+func TestUeventListenerOpens(t *testing.T) {
+	l, err := ListenUevents(func() {})
+	if err != nil {
+		t.Skipf("no uevent socket here: %v", err)
+	}
+	l.Close()
+}
+
+// fakeClocks lets the test move the RTC and boottime offsets.
+type fakeClocks struct {
+	mu        sync.Mutex
+	rtc, boot time.Duration
+}
+
+func (f *fakeClocks) Read() (time.Duration, bool, time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rtc, true, f.boot
+}
+
+func (f *fakeClocks) set(rtc, boot time.Duration) {
+	f.mu.Lock()
+	f.rtc, f.boot = rtc, boot
+	f.mu.Unlock()
+}
+
+func TestClockJumpDetector(t *testing.T) {
+	clocks := &fakeClocks{}
+	var fired atomic.Int32
+	d := watchClocks(clocks, time.Hour, func() { fired.Add(1) }) // checked by hand below
+	defer d.Close()
+	clocks.set(1500*time.Millisecond, 0) // RTC resolution noise
+	if d.Check() {
+		t.Fatal("1.5 s of RTC noise fired the detector")
+	}
+	clocks.set(42*time.Second, 0) // the VM was down for 42 s
+	if !d.Check() {
+		t.Fatal("42 s RTC jump not detected")
+	}
+	if d.Check() {
+		t.Fatal("one jump fired twice")
+	}
+	clocks.set(42*time.Second, 10*time.Second) // a system suspend
+	if !d.Check() {
+		t.Fatal("boottime jump not detected")
+	}
+	// The agent setting the clock itself is not a jump.
+	d.SetClock(func(time.Time) error { clocks.set(0, 10*time.Second); return nil }, time.Now())
+	if d.Check() {
+		t.Fatal("the agent's own clock change was taken for a resume")
+	}
+	if fired.Load() != 2 {
+		t.Fatalf("report called %d times, want 2", fired.Load())
+	}
+}
+
+func TestSystemClocksRead(t *testing.T) {
+	_, _, boot := systemClocks{}.Read()
+	if boot < 0 {
+		t.Fatalf("boottime behind monotonic by %v", boot)
+	}
+}
