@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/traffic"
 	"github.com/rayito/rayito-agent/internal/wire"
@@ -36,18 +37,26 @@ func testReaper(t testing.TB) *proc.Reaper {
 }
 
 type testAgent struct {
-	srv     *Server
-	http    *httptest.Server
-	streams *stream.Registry
-	traffic *traffic.Counter
-	url     string
+	srv      *Server
+	http     *httptest.Server
+	streams  *stream.Registry
+	traffic  *traffic.Counter
+	defaults *proc.Defaults
+	url      string
 }
 
 func newTestAgent(t testing.TB) *testAgent {
 	streams := stream.NewRegistry(0)
-	procs := proc.NewManager(streams, testReaper(t), &proc.Defaults{}, nil)
+	defaults := &proc.Defaults{}
+	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
 	counter := traffic.NewCounter()
-	srv := New(Config{Version: "test", Auth: NewAuth(testToken), Streams: streams, Traffic: counter, Procs: procs})
+	var srv *Server
+	resumer, err := resume.New(resume.Options{Sessions: cutter{&srv}, SetClock: func(time.Time) error { return nil }, OnResume: counter.Touch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv = New(Config{Version: "test", Auth: NewAuth(testToken), Streams: streams, Traffic: counter, Procs: procs,
+		Resume: resumer, Defaults: defaults, SetClock: func(time.Time) error { return nil }})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -57,8 +66,13 @@ func newTestAgent(t testing.TB) *testAgent {
 		procs.Close()
 		streams.Close()
 	})
-	return &testAgent{srv: srv, http: hs, streams: streams, traffic: counter, url: "ws" + hs.URL[len("http"):]}
+	return &testAgent{srv: srv, http: hs, streams: streams, traffic: counter, defaults: defaults, url: "ws" + hs.URL[len("http"):]}
 }
+
+// cutter lets the resume manager reach a server built after it.
+type cutter struct{ srv **Server }
+
+func (c cutter) CutForResume(ctx context.Context, gen uint64) { (*c.srv).CutForResume(ctx, gen) }
 
 // rawConn is a bare websocket client that speaks frames, for testing the
 // endpoint without the SDK.
@@ -147,12 +161,18 @@ func (rc *rawConn) call(v map[string]any) map[string]any {
 
 // collect reads a stream's output until its end event.
 func (rc *rawConn) collect(stream uint64) (map[string][]byte, map[string]any) {
+	return rc.collectFrom(stream, 0)
+}
+
+// collectFrom is collect for an attachment whose stdout starts at from.
+func (rc *rawConn) collectFrom(stream, from uint64) (map[string][]byte, map[string]any) {
 	out := map[string][]byte{}
+	base := map[string]uint64{"stdout": from}
 	for {
 		m, d := rc.read()
 		if d != nil && d.Stream == stream {
 			name := wire.ChannelName(d.Channel)
-			if uint64(len(out[name])) != d.Offset {
+			if base[name]+uint64(len(out[name])) != d.Offset {
 				rc.t.Fatalf("%s: offset %d after %d bytes", name, d.Offset, len(out[name]))
 			}
 			out[name] = append(out[name], d.Payload...)
