@@ -103,7 +103,6 @@ func TestResumeCutsOldConnectionsAndReattachLosesNothing(t *testing.T) {
 	}
 }
 
-
 func TestResumeBadInput(t *testing.T) {
 	a := newTestAgent(t)
 	cases := []struct {
