@@ -73,6 +73,8 @@ func (s *Stream) Attach(from map[string]uint64, window int) (*Attachment, error)
 			return nil, fmt.Errorf("%w: %s cursor %d, end %d", ErrCursorAhead, name, c, s.logs[i].end)
 		}
 		a.next[i], a.acked[i] = c, c
+		// Attaching from c says the client has everything below c.
+		s.logs[i].ackLocked(c)
 	}
 	s.attached++
 	return a, nil
@@ -138,6 +140,9 @@ func (a *Attachment) nextLocked(dst []byte, maxChunk int) (Item, bool) {
 		c := a.next[i]
 		if c < l.start {
 			a.next[i] = l.start
+			// Gapped positions are never sent, so they must not count
+			// as in flight against the window.
+			a.acked[i] = max(a.acked[i], l.start)
 			a.rr = (i + 1) % n
 			from, to := c, l.start
 			if l.unit == Events {
