@@ -37,7 +37,7 @@ func (r *Reaper) RunHook(command string, stdin []byte, timeout time.Duration) (S
 	case st := <-status:
 		return st, nil
 	case <-t.C:
-		Kill(pid, syscall.SIGKILL, true)
+		r.Kill(pid, syscall.SIGKILL, true)
 		return <-status, fmt.Errorf("hook timed out after %s", timeout)
 	}
 }

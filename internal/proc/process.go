@@ -95,7 +95,7 @@ wait:
 		f.Close() // unblocks a reader still waiting on a held-open pipe
 	}
 	<-readersDone
-	p.s.Finish(exitEnd(st))
+	p.s.Finish(ExitEnd(st))
 }
 
 // copyOut reads a pipe into a log until EOF or until the pipe is closed.
@@ -117,7 +117,8 @@ func copyOut(f *os.File, l *stream.Log, writing *atomic.Int32) {
 	}
 }
 
-func exitEnd(st Status) stream.End {
+// ExitEnd is the end of a stream whose process ended with st.
+func ExitEnd(st Status) stream.End {
 	e := stream.End{Reason: stream.ReasonExit}
 	if st.Wait.Signaled() {
 		e.Signal = SignalName(st.Wait.Signal())
@@ -131,7 +132,7 @@ func exitEnd(st Status) stream.End {
 // terminate sends SIGTERM to the group and SIGKILL after KillGrace.
 func (p *process) terminate() {
 	p.termOnce.Do(func() {
-		Kill(p.pid, syscall.SIGTERM, true)
+		p.m.reaper.Kill(p.pid, syscall.SIGTERM, true)
 		select {
 		case <-p.exited:
 			// Members of the group may outlive the leader.
@@ -140,7 +141,7 @@ func (p *process) terminate() {
 			<-t.C
 		case <-time.After(KillGrace):
 		}
-		Kill(p.pid, syscall.SIGKILL, true)
+		p.m.reaper.Kill(p.pid, syscall.SIGKILL, true)
 	})
 }
 
@@ -153,7 +154,7 @@ func (p *process) Signal(sig syscall.Signal, group bool) error {
 		}
 	default:
 	}
-	if err := Kill(p.pid, sig, group); err != nil {
+	if err := ignoreGone(p.m.reaper.Kill(p.pid, sig, group)); err != nil {
 		return wire.Errorf(wire.CodeInternal, "kill %d: %v", p.pid, err)
 	}
 	return nil

@@ -85,6 +85,25 @@ func (r *Reaper) ForkExec(path string, argv []string, attr *syscall.ProcAttr) (i
 	return r.Start(func() (int, error) { return syscall.ForkExec(path, argv, attr) })
 }
 
+// Kill signals a process the reaper started, or its process group, but
+// the process alone only while it has not been reaped: after wait4 its pid
+// is free and may belong to someone else. A group stays reserved while any
+// member lives, so group signals go through even after the leader's exit.
+func (r *Reaper) Kill(pid int, sig syscall.Signal, group bool) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if group {
+		return syscall.Kill(-pid, sig)
+	}
+	r.wmu.Lock()
+	_, live := r.waiters[pid]
+	r.wmu.Unlock()
+	if !live {
+		return syscall.ESRCH
+	}
+	return syscall.Kill(pid, sig)
+}
+
 // Orphans returns how many unregistered processes were reaped.
 func (r *Reaper) Orphans() uint64 {
 	r.wmu.Lock()

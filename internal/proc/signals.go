@@ -37,15 +37,10 @@ func SignalName(s syscall.Signal) string {
 	return "SIG" + s.String()
 }
 
-// Kill sends sig to the process, or to its whole process group. A group or
-// process that is already gone is not an error.
-func Kill(pid int, sig syscall.Signal, group bool) error {
-	target := pid
-	if group {
-		target = -pid
+// ignoreGone treats a process or group that no longer exists as done.
+func ignoreGone(err error) error {
+	if err == syscall.ESRCH {
+		return nil
 	}
-	if err := syscall.Kill(target, sig); err != nil && err != syscall.ESRCH {
-		return err
-	}
-	return nil
+	return err
 }
