@@ -18,10 +18,13 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/traffic"
+	"github.com/rayito/rayito-agent/internal/watch"
 )
 
 // config is the agent's command line, section 10 of the protocol.
@@ -151,6 +154,21 @@ func run(cfg config, log *zap.Logger) error {
 		return err
 	}
 
+	ptys := ptymux.NewManager(streams, reaper, defaults, log.Named("pty"))
+	watches, err := watch.NewManager(streams, log.Named("watch"))
+	if err != nil {
+		return fmt.Errorf("inotify: %w", err)
+	}
+	var resumer *resume.Manager
+	kernels := jupyter.NewManager(jupyter.Options{
+		Registry: streams, Reaper: reaper, Defaults: defaults, Logger: log,
+		OnChange: func() {
+			if resumer != nil {
+				resumer.KernelsChanged()
+			}
+		},
+	})
+
 	var clockJump *resume.ClockJumpDetector
 	setClock := func(t time.Time) error {
 		if clockJump != nil {
@@ -162,8 +180,8 @@ func run(cfg config, log *zap.Logger) error {
 	// cuts the endpoint's sessions, the endpoint forwards host reports.
 	var srv *endpoint.Server
 	sessions := sessionsFunc(func(ctx context.Context, gen uint64) { srv.CutForResume(ctx, gen) })
-	resumer, err := resume.New(resume.Options{
-		StateDir: cfg.stateDir, Sessions: sessions, SetClock: setClock,
+	resumer, err = resume.New(resume.Options{
+		StateDir: cfg.stateDir, Sessions: sessions, SetClock: setClock, Kernels: kernelHealth{kernels},
 		OnResume: counter.Touch, Logger: log.Named("resume"),
 	})
 	if err != nil {
@@ -176,6 +194,9 @@ func run(cfg config, log *zap.Logger) error {
 		Streams:  streams,
 		Traffic:  counter,
 		Procs:    procs,
+		PTYs:     ptys,
+		Watches:  watches,
+		Kernels:  kernels,
 		Resume:   resumer,
 		Defaults: defaults,
 		SetClock: setClock,
@@ -223,6 +244,12 @@ func run(cfg config, log *zap.Logger) error {
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	// A signal the agent was started with ignored (nohup, `agent &`) would
+	// stay ignored in every program it runs: Ctrl-C in a terminal would do
+	// nothing. Handling it instead resets it to the default at exec.
+	if signal.Ignored(syscall.SIGHUP) {
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(l) }()
 	select {
@@ -233,8 +260,36 @@ func run(cfg config, log *zap.Logger) error {
 		err = srv.Shutdown(ctx)
 		cancel()
 	}
+	// Stop producers: kernels politely, then terminals and commands.
+	kernels.Close()
+	ptys.Close()
 	procs.Close()
+	watches.Close()
 	return err
+}
+
+// kernelHealth adapts the Jupyter manager to what the resume sequence and
+// /health need.
+type kernelHealth struct{ m *jupyter.Manager }
+
+func (k kernelHealth) Check(ctx context.Context) []resume.KernelHealth {
+	k.m.Check(ctx)
+	return k.List()
+}
+
+func (k kernelHealth) List() []resume.KernelHealth {
+	var out []resume.KernelHealth
+	for _, info := range k.m.List() {
+		state := "alive"
+		switch info.State {
+		case jupyter.StateDead:
+			state = "dead"
+		case jupyter.StateLost:
+			state = "lost"
+		}
+		out = append(out, resume.KernelHealth{Kernel: info.Kernel, State: state})
+	}
+	return out
 }
 
 // sessionsFunc adapts a function to resume.Sessions.

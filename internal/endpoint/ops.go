@@ -39,6 +39,15 @@ func (s *Server) buildOps() map[string]op {
 	if s.cfg.Procs != nil {
 		s.execOps(ops)
 	}
+	if s.cfg.PTYs != nil {
+		s.ptyOps(ops)
+	}
+	if s.cfg.Watches != nil {
+		s.watchOps(ops)
+	}
+	if s.cfg.Kernels != nil {
+		s.kernelOps(ops)
+	}
 	for _, name := range protocolOps {
 		if _, ok := ops[name]; !ok {
 			ops[name] = op{fn: unsupported(name)}

@@ -258,10 +258,15 @@ func (s *Server) opResize(c *call) (any, error) {
 	if !ok {
 		return nil, wire.Errorf(wire.CodeBadRequest, "stream %d (%s) is not a terminal", st.ID, st.Kind)
 	}
-	if p.Cols < 1 || p.Rows < 1 || p.Cols > 65535 || p.Rows > 65535 {
-		return nil, wire.Errorf(wire.CodeBadRequest, "cols and rows must be between 1 and 65535, got %dx%d", p.Cols, p.Rows)
+	cols, err := dimension("cols", &p.Cols)
+	if err != nil {
+		return nil, err
 	}
-	return nil, rz.Resize(uint16(p.Cols), uint16(p.Rows))
+	rows, err := dimension("rows", &p.Rows)
+	if err != nil {
+		return nil, err
+	}
+	return nil, rz.Resize(cols, rows)
 }
 
 // handleData takes an IN frame: input for a stream's process or terminal.

@@ -34,6 +34,9 @@ type Config struct {
 	Streams *stream.Registry
 	Traffic *traffic.Counter
 	Procs   Execer
+	PTYs    PTYs
+	Watches Watches
+	Kernels Kernels
 	// Resume owns the resume generation; nil reports generation 0 and
 	// makes POST /v1/resume unsupported.
 	Resume Resumer

@@ -88,6 +88,8 @@ type Manager struct {
 	last        *LastResume
 	lastAt      time.Time
 	reported    map[Source]bool // sources that reported the current resume
+	deadBefore  map[string]bool // kernels already dead at the last resume
+	saveMu      sync.Mutex
 	answers     map[string]State
 	answerOrder []string
 }
@@ -179,16 +181,24 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	if r.TimeUnixNs > 0 {
 		m.setClock(r.TimeUnixNs)
 	}
+	// A kernel counts as lost if it did not answer, or if it died since
+	// the last resume: either way its variables are gone.
 	lost := false
+	dead := map[string]bool{}
 	if m.o.Kernels != nil {
 		cctx, cancel := context.WithTimeout(ctx, KernelCheckBound)
 		for _, k := range m.o.Kernels.Check(cctx) {
-			if k.State == "lost" {
+			switch k.State {
+			case "lost":
 				lost = true
+			case "dead":
+				dead[k.Kernel] = true
+				lost = lost || !m.deadBefore[k.Kernel]
 			}
 		}
 		cancel()
 	}
+	m.deadBefore = dead
 	m.mu.Lock()
 	m.gen++
 	gen := m.gen
@@ -256,8 +266,18 @@ func (m *Manager) setClock(ns int64) {
 	}
 }
 
+// KernelsChanged persists the current set of live kernels; call it when
+// a kernel starts or goes away.
+func (m *Manager) KernelsChanged() { m.persist() }
+
 // SaveKernels records which kernels exist, so a cold boot can report them.
 func (m *Manager) SaveKernels(ids []string) {
+	m.saveMu.Lock()
+	defer m.saveMu.Unlock()
+	m.saveLocked(ids)
+}
+
+func (m *Manager) saveLocked(ids []string) {
 	m.mu.Lock()
 	gen := m.gen
 	m.mu.Unlock()
@@ -269,7 +289,11 @@ func (m *Manager) SaveKernels(ids []string) {
 	}
 }
 
+// persist saves the generation and the live kernels; listing under saveMu
+// keeps two concurrent saves from writing a stale list last.
 func (m *Manager) persist() {
+	m.saveMu.Lock()
+	defer m.saveMu.Unlock()
 	var ids []string
 	if m.o.Kernels != nil {
 		for _, k := range m.o.Kernels.List() {
@@ -278,7 +302,7 @@ func (m *Manager) persist() {
 			}
 		}
 	}
-	m.SaveKernels(ids)
+	m.saveLocked(ids)
 }
 
 // SetRealtime sets CLOCK_REALTIME (needs CAP_SYS_TIME).

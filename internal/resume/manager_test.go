@@ -237,3 +237,14 @@ func TestSystemClocksRead(t *testing.T) {
 		t.Fatalf("boottime behind monotonic by %v", boot)
 	}
 }
+
+func TestKernelThatDiedSinceLastResumeCountsAsLost(t *testing.T) {
+	k := &kernelTable{states: map[string]string{"k1": "dead", "k2": "alive"}}
+	m, _ := New(Options{Kernels: k})
+	if s := m.Resume(context.Background(), Report{Source: SourceHost}); !s.KernelStateLost {
+		t.Fatalf("a kernel that died during the pause is not reported lost: %+v", s)
+	}
+	if s := m.Resume(context.Background(), Report{Source: SourceHost}); s.KernelStateLost {
+		t.Fatalf("a kernel dead before the previous resume is reported lost again: %+v", s)
+	}
+}

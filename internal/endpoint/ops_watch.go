@@ -1,0 +1,48 @@
+package endpoint
+
+import (
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// Watches watches directories; watch.Manager implements it.
+type Watches interface {
+	Watch(path string, recursive bool) (*stream.Stream, error)
+	Unwatch(id uint64) error
+}
+
+func (s *Server) watchOps(ops map[string]op) {
+	ops["watch"] = op{fn: s.opWatch, slow: true}
+	ops["unwatch"] = op{fn: s.opUnwatch}
+}
+
+func (s *Server) opWatch(c *call) (any, error) {
+	var p struct {
+		wire.Envelope
+		Path      string `json:"path"`
+		Recursive bool   `json:"recursive"`
+		Attach    *bool  `json:"attach"`
+	}
+	if err := c.params(&p); err != nil {
+		return nil, err
+	}
+	if p.Path == "" {
+		return nil, wire.Errorf(wire.CodeBadRequest, "watch needs a path")
+	}
+	st, err := s.cfg.Watches.Watch(p.Path, p.Recursive)
+	if err != nil {
+		return nil, err
+	}
+	return s.created(c, st, p.Attach, map[string]any{"stream": st.ID})
+}
+
+func (s *Server) opUnwatch(c *call) (any, error) {
+	var p streamRef
+	if err := c.params(&p); err != nil {
+		return nil, err
+	}
+	if p.Stream == 0 {
+		return nil, wire.Errorf(wire.CodeBadRequest, "missing stream")
+	}
+	return nil, s.cfg.Watches.Unwatch(p.Stream)
+}

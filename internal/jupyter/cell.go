@@ -1,0 +1,254 @@
+package jupyter
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// Cell statuses of an `end` event with reason done.
+const (
+	StatusOK      = "ok"
+	StatusError   = "error"
+	StatusAborted = "aborted"
+)
+
+// EventsChannel is the name of the event channel of cell and relay streams.
+const EventsChannel = "events"
+
+// cell is one execute request: its stream, and the state that decides when
+// it is finished. The kernel's runner starts it; the client's pumps
+// deliver its messages; finish may come from either, or from a kernel that
+// dies, restarts or shuts down. Only the first finish counts.
+type cell struct {
+	s          *stream.Stream
+	log        *stream.Log
+	prefix     []byte // `{"event":"cell","stream":S,"seq":`
+	code       string
+	timeout    time.Duration
+	allowStdin bool
+	finished   chan struct{}
+
+	mu       sync.Mutex
+	inst     *instance
+	msgID    string
+	started  bool
+	replied  bool
+	idle     bool
+	status   string
+	count    *int
+	timedOut time.Duration
+	input    *message // the input_request waiting for a reply
+	ended    bool
+}
+
+// newCellStream registers the cell's stream. The cell is the stream's
+// Control, which is how Manager.InputReply finds it from a stream id.
+func newCellStream(reg *stream.Registry, code string, timeout time.Duration, allowStdin bool) *cell {
+	c := &cell{code: code, timeout: timeout, allowStdin: allowStdin, finished: make(chan struct{})}
+	c.s = reg.Create(stream.Config{
+		Kind:     stream.KindCell,
+		Channels: []stream.ChannelSpec{{Name: EventsChannel, Unit: stream.Events, Policy: stream.Drop}},
+		Control:  c,
+	})
+	c.log = c.s.Log(EventsChannel)
+	c.prefix = []byte(`{"event":"cell","stream":` + strconv.FormatUint(c.s.ID, 10) + `,"seq":`)
+	return c
+}
+
+// Cell event bodies, one type per event so each encodes exactly the
+// protocol's fields.
+type (
+	textEvent struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	resultEvent struct {
+		Type           string          `json:"type"`
+		Main           bool            `json:"main"`
+		Data           json.RawMessage `json:"data"`
+		ExecutionCount *int            `json:"execution_count"`
+	}
+	displayEvent struct {
+		Type string          `json:"type"`
+		Data json.RawMessage `json:"data"`
+	}
+	errorEvent struct {
+		Type      string   `json:"type"`
+		Name      string   `json:"name"`
+		Value     string   `json:"value"`
+		Traceback []string `json:"traceback"`
+	}
+	inputEvent struct {
+		Type     string `json:"type"`
+		Prompt   string `json:"prompt"`
+		Password bool   `json:"password"`
+	}
+)
+
+// emit appends one cell event. Events after the end are dropped.
+func (c *cell) emit(body any) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return
+	}
+	c.log.Append(func(seq uint64) []byte {
+		ev := make([]byte, 0, len(c.prefix)+20+len(b))
+		ev = append(ev, c.prefix...)
+		ev = strconv.AppendUint(ev, seq, 10)
+		ev = append(ev, ',')
+		return append(ev, b[1:]...)
+	})
+}
+
+func (c *cell) note(text string) { c.emit(textEvent{Type: "stderr", Text: text}) }
+
+// start sends the execute request on inst, unless the cell already ended.
+func (c *cell) start(inst *instance) {
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return
+	}
+	m, err := newMessage(inst.conn.session, "execute_request", nil, map[string]any{
+		"code": c.code, "silent": false, "store_history": true, "user_expressions": map[string]any{},
+		"allow_stdin": c.allowStdin,
+		// Cells are independent requests: an error in one must not
+		// abort the next.
+		"stop_on_error": false,
+	})
+	if err != nil {
+		c.mu.Unlock()
+		c.finish(doneEnd(StatusError, nil, err.Error()))
+		return
+	}
+	c.inst, c.msgID, c.started = inst, m.MsgID, true
+	inst.conn.register(m.MsgID, c)
+	c.mu.Unlock()
+	if err := inst.conn.send(chShell, m); err != nil {
+		c.finish(doneEnd(StatusError, nil, fmt.Sprintf("cannot send the cell to the kernel: %v", err)))
+	}
+}
+
+// deliver handles the kernel's messages for this cell, on the pumps.
+func (c *cell) deliver(ch channel, m *message) {
+	body, err := m.content()
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return
+	}
+	switch {
+	case ch == chIOPub && m.MsgType == "stream":
+		if body.Text != "" && (body.Name == "stdout" || body.Name == "stderr") {
+			c.emit(textEvent{Type: body.Name, Text: body.Text})
+		}
+	case ch == chIOPub && m.MsgType == "execute_result":
+		c.emit(resultEvent{Type: "result", Main: true, Data: orEmpty(body.Data), ExecutionCount: body.ExecutionCount})
+	case ch == chIOPub && (m.MsgType == "display_data" || m.MsgType == "update_display_data"):
+		c.emit(displayEvent{Type: "display", Data: orEmpty(body.Data)})
+	case ch == chIOPub && m.MsgType == "error":
+		c.emit(errorEvent{Type: "error", Name: body.EName, Value: body.EValue, Traceback: orNone(body.Traceback)})
+	case ch == chIOPub && m.MsgType == "status" && body.ExecutionState == "idle":
+		c.idle = true
+	case ch == chShell && m.MsgType == "execute_reply":
+		c.replied, c.status, c.count = true, body.Status, body.ExecutionCount
+	case ch == chStdin && m.MsgType == "input_request":
+		c.input = m
+		c.emit(inputEvent{Type: "input_request", Prompt: body.Prompt, Password: body.Password})
+	}
+	// Outputs precede idle on iopub, so reply plus idle means everything
+	// the cell printed is in the log.
+	if c.replied && c.idle {
+		status := c.status
+		if status != StatusOK && status != StatusAborted {
+			status = StatusError
+		}
+		msg := ""
+		if c.timedOut > 0 {
+			status, msg = StatusAborted, timeoutMessage(c.timedOut)
+		}
+		c.endLocked(doneEnd(status, c.count, msg))
+	}
+}
+
+// finish ends the cell unless it already ended.
+func (c *cell) finish(e stream.End) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.endLocked(e)
+}
+
+func (c *cell) endLocked(e stream.End) {
+	if c.ended {
+		return
+	}
+	c.ended, c.input = true, nil
+	if c.inst != nil {
+		c.inst.conn.unregister(c.msgID)
+	}
+	c.s.Finish(e)
+	close(c.finished)
+}
+
+// markTimedOut records that the cell ran past its timeout; it reports
+// whether the cell is still running.
+func (c *cell) markTimedOut() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.timedOut = c.timeout
+	return !c.ended
+}
+
+func (c *cell) hasStarted() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.started
+}
+
+// reply answers the pending input_request.
+func (c *cell) reply(value string) error {
+	c.mu.Lock()
+	req, inst := c.input, c.inst
+	c.input = nil
+	c.mu.Unlock()
+	if req == nil {
+		return wire.Errorf(wire.CodeConflict, "cell stream %d is not waiting for input", c.s.ID)
+	}
+	m, err := newMessage(inst.conn.session, "input_reply", req.Header, map[string]string{"value": value})
+	if err != nil {
+		return err
+	}
+	if err := inst.conn.send(chStdin, m); err != nil {
+		return wire.Errorf(wire.CodeUnavailable, "cannot reach the kernel: %v", err)
+	}
+	return nil
+}
+
+func doneEnd(status string, count *int, msg string) stream.End {
+	return stream.End{Reason: stream.ReasonDone, Status: status, ExecutionCount: count, Message: msg}
+}
+
+func timeoutMessage(d time.Duration) string { return fmt.Sprintf("timed out after %v", d) }
+
+func orEmpty(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 || string(raw) == "null" {
+		return json.RawMessage("{}")
+	}
+	return raw
+}
+
+func orNone(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

@@ -1,0 +1,158 @@
+package jupyter
+
+import (
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// State is a kernel's state as `kernel_list` reports it.
+type State string
+
+const (
+	StateStarting State = "starting"
+	StateIdle     State = "idle"
+	StateBusy     State = "busy"
+	StateDead     State = "dead"
+	StateLost     State = "lost"
+)
+
+// KernelInfo describes a kernel for `kernel_list`.
+type KernelInfo struct {
+	Kernel         string `json:"kernel"`
+	Name           string `json:"name"`
+	Pid            int    `json:"pid"`
+	State          State  `json:"state"`
+	ExecutionCount int    `json:"execution_count"`
+}
+
+// Kernel is one kernel id: a kernelspec, the options it was started with,
+// its current process (replaced by Restart), its queue of cells and its
+// relays. Cells run one at a time, in the order they were queued, on one
+// runner goroutine that Shutdown stops.
+type Kernel struct {
+	id   string
+	spec *kernelspec
+	opts StartOptions
+	m    *Manager
+	log  *zap.Logger
+	wake chan struct{} // pokes the runner; buffered, never blocks
+	done chan struct{} // closed when the runner returns
+	opMu sync.Mutex    // serializes Restart and Shutdown
+
+	mu      sync.Mutex
+	inst    *instance // nil while (re)starting
+	exec    State     // starting, idle or busy, from iopub status
+	died    string    // why the kernel is dead; "" while it is not
+	lost    bool      // failed the last survival check
+	shut    bool
+	count   int
+	queue   []*cell
+	running *cell
+	relays  map[*Relay]struct{}
+}
+
+func newKernel(m *Manager, id string, spec *kernelspec, opts StartOptions) *Kernel {
+	k := &Kernel{
+		id: id, spec: spec, opts: opts, m: m, log: m.log.With(zap.String("kernel", id)),
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		exec: StateStarting, relays: map[*Relay]struct{}{},
+	}
+	go k.run()
+	return k
+}
+
+// ID is the kernel's id, "k1", "k2", ...
+func (k *Kernel) ID() string { return k.id }
+
+// Info returns the kernel's listing entry.
+func (k *Kernel) Info() KernelInfo {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	info := KernelInfo{Kernel: k.id, Name: k.spec.Name, State: k.stateLocked(), ExecutionCount: k.count}
+	if k.inst != nil {
+		info.Pid = k.inst.pid
+	}
+	return info
+}
+
+func (k *Kernel) stateLocked() State {
+	switch {
+	case k.died != "":
+		return StateDead
+	case k.lost:
+		return StateLost
+	case k.inst == nil:
+		return StateStarting
+	}
+	return k.exec
+}
+
+// usableLocked returns why a new cell cannot be queued, or nil.
+func (k *Kernel) usableLocked() error {
+	switch {
+	case k.shut:
+		return wire.Errorf(wire.CodeNotFound, "kernel %s was shut down", k.id)
+	case k.died != "":
+		return wire.Errorf(wire.CodeConflict, "kernel %s is dead (%s); restart it or start a new one", k.id, k.died)
+	case k.lost:
+		return wire.Errorf(wire.CodeConflict, "kernel %s was lost (it failed the survival check); restart it or shut it down", k.id)
+	}
+	return nil
+}
+
+func (k *Kernel) poke() {
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+}
+
+// onIOPub follows the kernel's state and passes iopub to every relay.
+func (k *Kernel) onIOPub(m *message) {
+	switch m.MsgType {
+	case "status", "execute_input":
+		body, err := m.content()
+		if err != nil {
+			break
+		}
+		k.mu.Lock()
+		switch body.ExecutionState {
+		case "idle":
+			k.exec = StateIdle
+		case "busy":
+			k.exec = StateBusy
+		}
+		if body.ExecutionCount != nil {
+			k.count = max(k.count, *body.ExecutionCount)
+		}
+		k.mu.Unlock()
+	}
+	for _, r := range k.relayList() {
+		r.publish(chIOPub, m)
+	}
+}
+
+func (k *Kernel) relayList() []*Relay {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]*Relay, 0, len(k.relays))
+	for r := range k.relays {
+		out = append(out, r)
+	}
+	return out
+}
+
+// publishStatus tells relays about a state change that the kernel itself
+// cannot announce (it is dead, or being replaced), as jupyter_server does.
+func (k *Kernel) publishStatus(state string) {
+	m, err := newMessage("", "status", nil, map[string]string{"execution_state": state})
+	if err != nil {
+		return
+	}
+	for _, r := range k.relayList() {
+		r.publish(chIOPub, m)
+	}
+}

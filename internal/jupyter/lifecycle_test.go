@@ -1,0 +1,244 @@
+package jupyter
+
+import (
+	"context"
+	"encoding/json"
+	"os/user"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rayito/rayito-agent/internal/stream"
+)
+
+// TestCheckFindsStoppedKernel is not parallel: Check probes every kernel,
+// and a busy machine must not make the other tests' kernels look lost.
+func TestCheckFindsStoppedKernel(t *testing.T) {
+	k := startKernel(t)
+	live := startKernel(t)
+	ctx := t.Context()
+	pid := k.Info().Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+
+	began := time.Now()
+	res := env.mgr.Check(ctx)
+	took := time.Since(began)
+	if !slices.Contains(res.Lost, k.ID()) || !slices.Contains(res.Alive, live.ID()) {
+		t.Fatalf("check: %+v; want %s lost and %s alive", res, k.ID(), live.ID())
+	}
+	// The bound is one second; five leaves room for a loaded machine
+	// while still catching a check that waits on the stopped kernel.
+	if took > 5*time.Second {
+		t.Fatalf("check took %v", took)
+	}
+	if st := k.Info().State; st != StateLost {
+		t.Fatalf("state %s, want lost", st)
+	}
+	_, _, err := env.mgr.Execute(ctx, k.ID(), "1", 0, false)
+	wantCode(t, err, "conflict")
+
+	syscall.Kill(pid, syscall.SIGCONT)
+	if res := env.mgr.Check(ctx); !slices.Contains(res.Alive, k.ID()) {
+		t.Fatalf("after SIGCONT: %+v", res)
+	}
+	if st := k.Info().State; st == StateLost || st == StateDead {
+		t.Fatalf("state %s after a passing check", st)
+	}
+
+	// Shutdown ends the kernel's streams with reason closed.
+	rs, err := env.mgr.Channels(k.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := execute(t, k.ID(), "import time\ntime.sleep(600)", 0, false)
+	if err := env.mgr.Shutdown(ctx, k.ID()); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*stream.Stream{cs, rs} {
+		if end := s.Ended(); end == nil || end.Reason != stream.ReasonClosed {
+			t.Fatalf("stream %d (%s) end %+v, want closed", s.ID, s.Kind, end)
+		}
+	}
+	_, err = env.mgr.Get(k.ID())
+	wantCode(t, err, "not_found")
+	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+		t.Fatalf("kernel process %d still exists after shutdown: %v", pid, err)
+	}
+}
+
+func TestInterruptAndTimeout(t *testing.T) {
+	t.Parallel()
+	k := startKernel(t)
+	s, _ := execute(t, k.ID(), "print('spinning', flush=True)\nwhile True:\n    pass", 0, false)
+	r := attach(t, s, 0)
+	if ev, end := r.next(); end != nil || ev.Text != "spinning\n" {
+		t.Fatalf("want the cell to start, got %+v %+v", ev, end)
+	}
+	if err := env.mgr.Interrupt(k.ID()); err != nil {
+		t.Fatal(err)
+	}
+	evs, end := r.all()
+	wantStatus(t, end, StatusError)
+	if e, ok := find(evs, "error"); !ok || e.Name != "KeyboardInterrupt" {
+		t.Fatalf("want KeyboardInterrupt, got %+v", evs)
+	}
+
+	s, _ = execute(t, k.ID(), "import time\ntime.sleep(600)", 3*time.Second, false)
+	_, end = attach(t, s, 0).all()
+	wantStatus(t, end, StatusAborted)
+	if !strings.Contains(end.Message, "timed out") {
+		t.Fatalf("end message %q", end.Message)
+	}
+	// The kernel is usable again.
+	evs, end = run(t, k.ID(), "20 + 22")
+	wantStatus(t, end, StatusOK)
+	if res, _ := find(evs, "result"); res.text("text/plain") != "42" {
+		t.Fatalf("after the timeout: %+v", evs)
+	}
+}
+
+func TestKilledKernelIsDeadUntilRestarted(t *testing.T) {
+	t.Parallel()
+	k := startKernel(t)
+	s, _ := execute(t, k.ID(), "import time\nprint('sleeping', flush=True)\ntime.sleep(600)", 0, false)
+	r := attach(t, s, 0)
+	if ev, end := r.next(); end != nil || ev.Text != "sleeping\n" {
+		t.Fatalf("want the cell to start, got %+v %+v", ev, end)
+	}
+	queued, _ := execute(t, k.ID(), "print('never')", 0, false)
+	pid := k.Info().Pid
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	evs, end := r.all()
+	wantStatus(t, end, StatusError)
+	if !strings.Contains(end.Message, "died") {
+		t.Fatalf("end message %q does not say the kernel died", end.Message)
+	}
+	if e, ok := find(evs, "error"); !ok || !strings.Contains(e.Value, "SIGKILL") {
+		t.Fatalf("want an error event naming SIGKILL, got %+v", evs)
+	}
+	_, qend := attach(t, queued, 0).all()
+	wantStatus(t, qend, StatusAborted)
+	waitState(t, k.ID(), StateDead)
+	_, _, err := env.mgr.Execute(t.Context(), k.ID(), "1", 0, false)
+	wantCode(t, err, "conflict")
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := env.mgr.Restart(ctx, k.ID()); err != nil {
+		t.Fatal(err)
+	}
+	info := k.Info()
+	if info.State == StateDead || info.Pid == pid || info.Pid == 0 {
+		t.Fatalf("after restart: %+v (old pid %d)", info, pid)
+	}
+	evs, end = run(t, k.ID(), "'time' in dir()")
+	wantStatus(t, end, StatusOK)
+	if res, _ := find(evs, "result"); res.text("text/plain") != "False" {
+		t.Fatalf("restarted kernel kept its state: %+v", evs)
+	}
+}
+
+func TestDefaultKernelReplacedAfterDeath(t *testing.T) {
+	t.Parallel()
+	s, id := execute(t, "", "marker = 1", 0, false)
+	t.Cleanup(func() { env.mgr.Shutdown(context.Background(), id) })
+	_, end := attach(t, s, 0).all()
+	wantStatus(t, end, StatusOK)
+	s, again := execute(t, "", "marker", 0, false)
+	if again != id {
+		t.Fatalf("second cell ran on %s, first on %s", again, id)
+	}
+	attach(t, s, 0).all()
+
+	k, err := env.mgr.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(k.Info().Pid, syscall.SIGKILL)
+	waitState(t, id, StateDead)
+
+	s, fresh := execute(t, "", "print('fresh')", 0, false)
+	t.Cleanup(func() { env.mgr.Shutdown(context.Background(), fresh) })
+	if fresh == id {
+		t.Fatalf("cell ran on the dead kernel %s", id)
+	}
+	evs, end := attach(t, s, 0).all()
+	wantStatus(t, end, StatusOK)
+	if len(evs) == 0 || evs[0].Type != "stderr" || !strings.Contains(evs[0].Text, "kernel restarted") || !strings.Contains(evs[0].Text, id) {
+		t.Fatalf("first event should say the default kernel was replaced: %+v", evs)
+	}
+	if stdout(evs) != "fresh\n" {
+		t.Fatalf("stdout %q", stdout(evs))
+	}
+	evs, end = run(t, "", "marker")
+	wantStatus(t, end, StatusError)
+	if e, _ := find(evs, "error"); e.Name != "NameError" {
+		t.Fatalf("new default kernel has old state: %+v", evs)
+	}
+}
+
+func TestKernelAsUserInCwd(t *testing.T) {
+	t.Parallel()
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skip("no user nobody")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	k, err := env.mgr.Start(ctx, StartOptions{User: "nobody", Cwd: "/tmp", Env: map[string]string{"GREETING": "hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.mgr.Shutdown(context.Background(), k.ID()) })
+	evs, end := run(t, k.ID(), "import os\nprint(os.getuid(), os.getcwd(), os.environ['GREETING'])")
+	wantStatus(t, end, StatusOK)
+	if want := nobody.Uid + " /tmp hi\n"; stdout(evs) != want {
+		t.Fatalf("stdout %q, want %q", stdout(evs), want)
+	}
+}
+
+func TestInterruptByMessage(t *testing.T) {
+	t.Parallel()
+	std, err := findSpec(StandardDataDirs(), DefaultKernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := map[string]any{"argv": std.Argv, "display_name": "message interrupts", "language": "python", "interrupt_mode": "message"}
+	b, _ := json.Marshal(spec)
+	dataDir := t.TempDir()
+	writeSpec(t, dataDir, "py-msg", string(b))
+	m := NewManager(Options{Registry: env.reg, Reaper: env.mgr.reaper, DataDirs: []string{dataDir}})
+	defer m.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	k, err := m.Start(ctx, StartOptions{Name: "py-msg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst, _ := k.current(); !inst.interruptMsg {
+		t.Fatal("kernelspec interrupt_mode was not read")
+	}
+	s, _, err := m.Execute(ctx, k.ID(), "print('spinning', flush=True)\nwhile True:\n    pass", 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := attach(t, s, 0)
+	if ev, end := r.next(); end != nil || ev.Text != "spinning\n" {
+		t.Fatalf("want the cell to start, got %+v %+v", ev, end)
+	}
+	if err := m.Interrupt(k.ID()); err != nil {
+		t.Fatal(err)
+	}
+	evs, end := r.all()
+	wantStatus(t, end, StatusError)
+	if e, ok := find(evs, "error"); !ok || e.Name != "KeyboardInterrupt" {
+		t.Fatalf("want KeyboardInterrupt, got %+v", evs)
+	}
+}

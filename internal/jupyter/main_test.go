@@ -1,0 +1,251 @@
+package jupyter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// The tests share one reaper (only one may run per process), one registry
+// and one manager, and most share one kernel, since each start costs about
+// a second.
+var env struct {
+	reg *stream.Registry
+	mgr *Manager
+
+	once   sync.Once
+	shared *Kernel
+	err    error
+}
+
+// waitFor is how long a test waits for anything a kernel does; generous
+// because two cores run many kernels at once here.
+const waitFor = 60 * time.Second
+
+func TestMain(m *testing.M) { os.Exit(runTests(m)) }
+
+func runTests(m *testing.M) int {
+	reaper, err := proc.NewReaper()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "reaper:", err)
+		return 1
+	}
+	defer reaper.Close()
+	env.reg = stream.NewRegistry(0)
+	defer env.reg.Close()
+	logger := zap.NewNop()
+	if os.Getenv("JUPYTER_TEST_LOG") != "" {
+		logger, _ = zap.NewDevelopment()
+	}
+	env.mgr = NewManager(Options{Registry: env.reg, Reaper: reaper, Logger: logger})
+	base := runtime.NumGoroutine()
+	code := m.Run()
+	env.mgr.Close()
+	n := settleGoroutines(base)
+	if n > base {
+		buf := make([]byte, 1<<20)
+		fmt.Fprintf(os.Stderr, "leaked goroutines: %d now, %d before the tests\n%s\n", n, base, buf[:runtime.Stack(buf, true)])
+		return 1
+	}
+	return code
+}
+
+func settleGoroutines(base int) int {
+	deadline := time.Now().Add(10 * time.Second)
+	n := runtime.NumGoroutine()
+	for n > base && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		n = runtime.NumGoroutine()
+	}
+	return n
+}
+
+func sharedKernel(t testing.TB) *Kernel {
+	env.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		env.shared, env.err = env.mgr.Start(ctx, StartOptions{})
+	})
+	if env.err != nil {
+		t.Fatalf("start shared kernel: %v", env.err)
+	}
+	return env.shared
+}
+
+// startKernel starts a kernel of the test's own and shuts it down after.
+func startKernel(t testing.TB) *Kernel {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	k, err := env.mgr.Start(ctx, StartOptions{})
+	if err != nil {
+		t.Fatalf("start kernel: %v", err)
+	}
+	t.Cleanup(func() { env.mgr.Shutdown(context.Background(), k.ID()) })
+	return k
+}
+
+// event is any cell or jupyter event, decoded.
+type event struct {
+	Event          string                     `json:"event"`
+	Stream         uint64                     `json:"stream"`
+	Seq            uint64                     `json:"seq"`
+	Type           string                     `json:"type"`
+	Text           string                     `json:"text"`
+	Main           *bool                      `json:"main"`
+	Data           map[string]json.RawMessage `json:"data"`
+	ExecutionCount *int                       `json:"execution_count"`
+	Name           string                     `json:"name"`
+	Value          string                     `json:"value"`
+	Traceback      []string                   `json:"traceback"`
+	Prompt         string                     `json:"prompt"`
+	Password       *bool                      `json:"password"`
+	Msg            *wireMsg                   `json:"msg"`
+}
+
+func (e event) text(mime string) string {
+	var s string
+	json.Unmarshal(e.Data[mime], &s)
+	return s
+}
+
+// reader reads a stream the way a client does: Next, then Ack.
+type reader struct {
+	t    testing.TB
+	a    *stream.Attachment
+	last uint64 // seq of the last event read
+}
+
+func attach(t testing.TB, s *stream.Stream, from uint64) *reader {
+	t.Helper()
+	a, err := s.Attach(map[string]uint64{EventsChannel: from}, stream.DefaultWindow)
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	t.Cleanup(a.Close)
+	return &reader{t: t, a: a, last: from}
+}
+
+// next returns the next event, or the end (then ev is zero).
+func (r *reader) next() (event, *stream.End) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	it, err := r.a.Next(ctx, nil, 1<<20)
+	if err != nil {
+		r.t.Fatalf("stream %d: %v", r.a.Stream().ID, err)
+	}
+	switch it.Kind {
+	case stream.ItemEvent:
+		var ev event
+		if err := json.Unmarshal(it.Data, &ev); err != nil {
+			r.t.Fatalf("bad event %s: %v", it.Data, err)
+		}
+		if ev.Seq != r.last+1 || ev.Stream != r.a.Stream().ID {
+			r.t.Fatalf("event %s after seq %d on stream %d", it.Data, r.last, r.a.Stream().ID)
+		}
+		r.last = ev.Seq
+		if err := r.a.Ack(map[string]uint64{EventsChannel: ev.Seq}); err != nil {
+			r.t.Fatalf("ack: %v", err)
+		}
+		return ev, nil
+	case stream.ItemEnd:
+		return event{}, &it.End
+	default:
+		r.t.Fatalf("unexpected item %+v", it)
+	}
+	return event{}, nil
+}
+
+// all reads to the end.
+func (r *reader) all() ([]event, stream.End) {
+	r.t.Helper()
+	var evs []event
+	for {
+		ev, end := r.next()
+		if end != nil {
+			return evs, *end
+		}
+		evs = append(evs, ev)
+	}
+}
+
+// run executes code and reads its whole cell stream.
+func run(t testing.TB, kernelID, code string) ([]event, stream.End) {
+	t.Helper()
+	s, _ := execute(t, kernelID, code, 0, false)
+	return attach(t, s, 0).all()
+}
+
+func execute(t testing.TB, kernelID, code string, timeout time.Duration, allowStdin bool) (*stream.Stream, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	s, id, err := env.mgr.Execute(ctx, kernelID, code, timeout, allowStdin)
+	if err != nil {
+		t.Fatalf("execute %q: %v", code, err)
+	}
+	return s, id
+}
+
+func stdout(evs []event) string {
+	var b strings.Builder
+	for _, e := range evs {
+		if e.Type == "stdout" {
+			b.WriteString(e.Text)
+		}
+	}
+	return b.String()
+}
+
+func find(evs []event, typ string) (event, bool) {
+	for _, e := range evs {
+		if e.Type == typ {
+			return e, true
+		}
+	}
+	return event{}, false
+}
+
+func wantCode(t testing.TB, err error, code wire.Code) {
+	t.Helper()
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != code {
+		t.Fatalf("got error %v, want a %s *wire.Error", err, code)
+	}
+}
+
+func wantStatus(t testing.TB, end stream.End, status string) {
+	t.Helper()
+	if end.Reason != stream.ReasonDone || end.Status != status {
+		t.Fatalf("end %+v, want done with status %s", end, status)
+	}
+}
+
+// waitState polls List until the kernel is in state.
+func waitState(t testing.TB, id string, state State) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for time.Now().Before(deadline) {
+		for _, info := range env.mgr.List() {
+			if info.Kernel == id && info.State == state {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("kernel %s never became %s: %+v", id, state, env.mgr.List())
+}

@@ -1,0 +1,336 @@
+package jupyter
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// closeTimeout bounds Manager.Close: every kernel gets a polite shutdown
+// and then SIGKILL within it.
+const closeTimeout = 15 * time.Second
+
+// Options configure a Manager.
+type Options struct {
+	Registry *stream.Registry // required: cell and relay streams go here
+	Reaper   *proc.Reaper     // required: kernels are its children
+	Defaults *proc.Defaults   // nil: the agent's own user, home and environment
+	Logger   *zap.Logger      // nil: no logging
+	DataDirs []string         // Jupyter data dirs to search; nil: StandardDataDirs()
+	// OnChange, if set, runs after a kernel was started or forgotten, so
+	// the set of kernels can be persisted. It must not call back into
+	// the Manager's mutating methods.
+	OnChange func()
+}
+
+// StartOptions describe a kernel to start.
+type StartOptions struct {
+	Name string // kernelspec name; "" is DefaultKernel
+	Cwd  string
+	Env  map[string]string
+	User string
+}
+
+// Manager owns the agent's kernels. All methods are safe for concurrent
+// use. Close shuts every kernel down; the Manager is unusable after it.
+type Manager struct {
+	reg      *stream.Registry
+	reaper   *proc.Reaper
+	defaults *proc.Defaults
+	log      *zap.Logger
+	dirs     []string
+	onChange func()
+
+	defMu sync.Mutex // serializes finding or starting the default kernel
+
+	mu      sync.Mutex
+	kernels map[string]*Kernel
+	nextID  int
+	def     *Kernel
+	closed  bool
+}
+
+// NewManager returns a Manager with no kernels.
+func NewManager(o Options) *Manager {
+	m := &Manager{reg: o.Registry, reaper: o.Reaper, defaults: o.Defaults, log: o.Logger, dirs: o.DataDirs, onChange: o.OnChange, kernels: map[string]*Kernel{}}
+	if m.defaults == nil {
+		m.defaults = &proc.Defaults{}
+	}
+	if m.log == nil {
+		m.log = zap.NewNop()
+	}
+	m.log = m.log.Named("jupyter")
+	if m.dirs == nil {
+		m.dirs = StandardDataDirs()
+	}
+	return m
+}
+
+// Start launches a kernel and returns once it answered kernel_info.
+func (m *Manager) Start(ctx context.Context, o StartOptions) (*Kernel, error) {
+	if o.Name == "" {
+		o.Name = DefaultKernel
+	}
+	o.Env = maps.Clone(o.Env)
+	spec, err := findSpec(m.dirs, o.Name)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, errClosing()
+	}
+	m.nextID++
+	k := newKernel(m, "k"+strconv.Itoa(m.nextID), spec, o)
+	m.kernels[k.id] = k
+	m.mu.Unlock()
+
+	inst, err := k.launch(ctx)
+	if err != nil {
+		m.forget(k)
+		k.shutdown(context.Background())
+		return nil, err
+	}
+	if !k.setInstance(inst) {
+		inst.stop(ctx)
+		return nil, wire.Errorf(wire.CodeNotFound, "kernel %s was shut down while it started", k.id)
+	}
+	k.log.Info("kernel started", zap.String("spec", spec.Name), zap.Int("pid", inst.pid))
+	m.changed()
+	return k, nil
+}
+
+// Get returns the kernel with the id, or a not_found *wire.Error.
+func (m *Manager) Get(id string) (*Kernel, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if k, ok := m.kernels[id]; ok {
+		return k, nil
+	}
+	return nil, wire.Errorf(wire.CodeNotFound, "no kernel %q", id)
+}
+
+// List describes every kernel, in the order they were started.
+func (m *Manager) List() []KernelInfo {
+	ks := m.all()
+	out := make([]KernelInfo, len(ks))
+	for i, k := range ks {
+		out[i] = k.Info()
+	}
+	return out
+}
+
+func (m *Manager) all() []*Kernel {
+	m.mu.Lock()
+	ks := make([]*Kernel, 0, len(m.kernels))
+	for _, k := range m.kernels {
+		ks = append(ks, k)
+	}
+	m.mu.Unlock()
+	sort.Slice(ks, func(i, j int) bool { return idNumber(ks[i].id) < idNumber(ks[j].id) })
+	return ks
+}
+
+func idNumber(id string) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(id, "k"))
+	return n
+}
+
+// Execute queues code on a kernel and returns the cell's stream (kind
+// cell, one "events" channel) and the kernel's id. kernelID "" is the
+// default kernel, started on first use; if it died or was lost, a new one
+// is started and the cell's first event, on stderr, says so. timeout 0
+// means none.
+func (m *Manager) Execute(ctx context.Context, kernelID, code string, timeout time.Duration, allowStdin bool) (*stream.Stream, string, error) {
+	if strings.TrimSpace(code) == "" {
+		return nil, "", wire.Errorf(wire.CodeBadRequest, "execute: code is empty")
+	}
+	if timeout < 0 {
+		return nil, "", wire.Errorf(wire.CodeBadRequest, "execute: timeout must not be negative")
+	}
+	if kernelID == "" {
+		return m.executeDefault(ctx, code, timeout, allowStdin)
+	}
+	k, err := m.Get(kernelID)
+	if err != nil {
+		return nil, "", err
+	}
+	s, err := k.enqueue(code, timeout, allowStdin, "")
+	return s, k.id, err
+}
+
+func (m *Manager) executeDefault(ctx context.Context, code string, timeout time.Duration, allowStdin bool) (*stream.Stream, string, error) {
+	m.defMu.Lock()
+	defer m.defMu.Unlock()
+	m.mu.Lock()
+	old := m.def
+	m.mu.Unlock()
+	var why string
+	if old != nil {
+		s, err := old.enqueue(code, timeout, allowStdin, "")
+		if err == nil {
+			return s, old.id, nil
+		}
+		if why = old.lostReason(); why == "" {
+			return nil, "", err
+		}
+	}
+	k, err := m.Start(ctx, StartOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	m.mu.Lock()
+	m.def = k
+	m.mu.Unlock()
+	note := ""
+	if old != nil {
+		note = fmt.Sprintf("kernel restarted: previous default kernel %s %s; this cell runs on a new kernel, %s, without the old one's variables\n", old.id, why, k.id)
+		k.log.Warn("replaced the default kernel", zap.String("previous", old.id), zap.String("why", why))
+	}
+	s, err := k.enqueue(code, timeout, allowStdin, note)
+	return s, k.id, err
+}
+
+// lostReason says why the kernel's state is gone ("died (...)", "was
+// lost ..."), or "" if it is usable or was shut down on purpose.
+func (k *Kernel) lostReason() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	switch {
+	case k.shut:
+		return ""
+	case k.died != "":
+		return "died (" + k.died + ")"
+	case k.lost:
+		return "was lost (it failed the survival check)"
+	}
+	return ""
+}
+
+// InputReply answers the input_request a cell stream is waiting on.
+func (m *Manager) InputReply(streamID uint64, value string) error {
+	s := m.reg.Get(streamID)
+	if s == nil {
+		return wire.Errorf(wire.CodeNotFound, "no stream %d", streamID)
+	}
+	c, ok := s.Control.(*cell)
+	if !ok {
+		return wire.Errorf(wire.CodeBadRequest, "stream %d is a %s stream, not a cell", streamID, s.Kind)
+	}
+	return c.reply(value)
+}
+
+// Interrupt interrupts the kernel's running cell: interrupt_request on
+// control if the kernelspec asks for messages, else SIGINT to the
+// kernel's process group.
+func (m *Manager) Interrupt(id string) error {
+	k, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	inst, err := k.current()
+	if err != nil {
+		return err
+	}
+	if err := inst.interrupt(); err != nil {
+		return wire.Errorf(wire.CodeInternal, "interrupt kernel %s: %v", id, err)
+	}
+	return nil
+}
+
+// Restart replaces the kernel's process with a fresh one under the same
+// id, and returns once the new one is ready. Works on dead and lost kernels.
+func (m *Manager) Restart(ctx context.Context, id string) error {
+	k, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	return k.restart(ctx)
+}
+
+// Shutdown stops the kernel and ends its cell and relay streams with
+// reason closed. The id is forgotten at once.
+func (m *Manager) Shutdown(ctx context.Context, id string) error {
+	k, err := m.Get(id)
+	if err != nil {
+		return err
+	}
+	m.forget(k)
+	k.shutdown(ctx)
+	return nil
+}
+
+func (m *Manager) forget(k *Kernel) {
+	m.mu.Lock()
+	if m.kernels[k.id] == k {
+		delete(m.kernels, k.id)
+	}
+	if m.def == k {
+		m.def = nil
+	}
+	m.mu.Unlock()
+	m.changed()
+}
+
+func (m *Manager) changed() {
+	if m.onChange != nil {
+		m.onChange()
+	}
+}
+
+// Channels opens a raw relay to the kernel (see Relay): a stream of kind
+// kernel_channels whose Control is the *Relay.
+func (m *Manager) Channels(id string) (*stream.Stream, error) {
+	k, err := m.Get(id)
+	if err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.shut {
+		return nil, wire.Errorf(wire.CodeNotFound, "kernel %s was shut down", id)
+	}
+	r := newRelay(k)
+	k.relays[r] = struct{}{}
+	return r.s, nil
+}
+
+// Close shuts every kernel down, in parallel, within closeTimeout.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	ks := make([]*Kernel, 0, len(m.kernels))
+	for _, k := range m.kernels {
+		ks = append(ks, k)
+	}
+	m.kernels, m.def = map[string]*Kernel{}, nil
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, k := range ks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k.shutdown(ctx)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func errClosing() error {
+	return wire.Errorf(wire.CodeUnavailable, "the kernel manager is shutting down")
+}

@@ -1,0 +1,200 @@
+package jupyter
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"strconv"
+	"sync"
+
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// relayRequests bounds how many of a relay's request ids are remembered
+// for routing replies; a client that never waits for replies cannot grow
+// the routing table.
+const relayRequests = 1024
+
+// Relay is the Control of a kernel_channels stream: raw Jupyter messages
+// both ways. Every iopub message of the kernel, and the shell, control and
+// stdin messages answering requests sent through this relay, become
+// `jupyter` events on the stream. Send and Close are safe for concurrent
+// use; the relay lives across restarts and ends when the kernel is shut
+// down or Close is called.
+type Relay struct {
+	k      *Kernel
+	s      *stream.Stream
+	log    *stream.Log
+	prefix []byte
+
+	mu    sync.Mutex
+	sent  []sentRequest // oldest first
+	ended bool
+}
+
+type sentRequest struct {
+	conn  *client
+	msgID string
+}
+
+// wireMsg is a message as clients see it, jupyter_server's JSON shape.
+type wireMsg struct {
+	Channel  string          `json:"channel"`
+	Header   json.RawMessage `json:"header"`
+	Parent   json.RawMessage `json:"parent_header"`
+	Metadata json.RawMessage `json:"metadata"`
+	Content  json.RawMessage `json:"content"`
+	Buffers  []string        `json:"buffers,omitempty"`
+}
+
+func newRelay(k *Kernel) *Relay {
+	r := &Relay{k: k}
+	r.s = k.m.reg.Create(stream.Config{
+		Kind:     stream.KindChannels,
+		Channels: []stream.ChannelSpec{{Name: EventsChannel, Unit: stream.Events, Policy: stream.Drop}},
+		Control:  r,
+	})
+	r.log = r.s.Log(EventsChannel)
+	r.prefix = []byte(`{"event":"jupyter","stream":` + strconv.FormatUint(r.s.ID, 10) + `,"seq":`)
+	return r
+}
+
+// Stream returns the relay's stream.
+func (r *Relay) Stream() *stream.Stream { return r.s }
+
+// Send signs msg and sends it to the kernel. msg is
+// {"channel", "header", "parent_header", "metadata", "content"}; channel
+// is shell, control or stdin, and header needs at least msg_type (msg_id,
+// session, date, username and version are filled in when missing).
+func (r *Relay) Send(msg json.RawMessage) error {
+	var in wireMsg
+	if err := json.Unmarshal(msg, &in); err != nil {
+		return wire.Errorf(wire.CodeBadRequest, "jupyter message: %v", err)
+	}
+	ch := channel(in.Channel)
+	if ch != chShell && ch != chControl && ch != chStdin {
+		return wire.Errorf(wire.CodeBadRequest, "jupyter message: channel must be shell, control or stdin, not %q", in.Channel)
+	}
+	inst, err := r.k.current()
+	if err != nil {
+		return err
+	}
+	m, err := r.toMessage(in, inst.conn.session)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	if r.ended {
+		r.mu.Unlock()
+		return wire.Errorf(wire.CodeNotFound, "kernel_channels stream %d was closed", r.s.ID)
+	}
+	inst.conn.register(m.MsgID, r)
+	r.sent = append(r.sent, sentRequest{inst.conn, m.MsgID})
+	if len(r.sent) > relayRequests {
+		old := r.sent[0]
+		old.conn.unregister(old.msgID)
+		r.sent = r.sent[1:]
+	}
+	r.mu.Unlock()
+	if err := inst.conn.send(ch, m); err != nil {
+		return wire.Errorf(wire.CodeUnavailable, "send to kernel %s: %v", r.k.id, err)
+	}
+	return nil
+}
+
+// toMessage validates a client's message and completes its header.
+func (r *Relay) toMessage(in wireMsg, session string) (*message, error) {
+	h := map[string]any{}
+	if len(in.Header) > 0 {
+		if err := json.Unmarshal(in.Header, &h); err != nil {
+			return nil, wire.Errorf(wire.CodeBadRequest, "jupyter message: header must be an object: %v", err)
+		}
+	}
+	msgType, _ := h["msg_type"].(string)
+	if msgType == "" {
+		return nil, wire.Errorf(wire.CodeBadRequest, "jupyter message: header.msg_type is required")
+	}
+	msgID, _ := h["msg_id"].(string)
+	if msgID == "" {
+		msgID = newID()
+	}
+	defaults := map[string]any{"msg_id": msgID, "session": session, "username": username, "date": timestamp(), "version": protocolVersion}
+	for key, v := range defaults {
+		if s, _ := h[key].(string); s == "" {
+			h[key] = v
+		}
+	}
+	m := &message{Header: marshalContent(h), MsgID: msgID, MsgType: msgType}
+	parts := []struct {
+		name string
+		raw  json.RawMessage
+		dst  *json.RawMessage
+	}{{"parent_header", in.Parent, &m.Parent}, {"metadata", in.Metadata, &m.Metadata}, {"content", in.Content, &m.Content}}
+	for _, p := range parts {
+		raw := bytes.TrimSpace(p.raw)
+		if len(raw) == 0 || string(raw) == "null" {
+			raw = json.RawMessage("{}")
+		}
+		if raw[0] != '{' {
+			return nil, wire.Errorf(wire.CodeBadRequest, "jupyter message: %s must be an object", p.name)
+		}
+		*p.dst = raw
+	}
+	for i, b := range in.Buffers {
+		buf, err := base64.StdEncoding.DecodeString(b)
+		if err != nil {
+			return nil, wire.Errorf(wire.CodeBadRequest, "jupyter message: buffers[%d] is not base64: %v", i, err)
+		}
+		m.Buffers = append(m.Buffers, buf)
+	}
+	return m, nil
+}
+
+// deliver receives replies to this relay's requests; iopub comes through
+// publish, which every relay gets.
+func (r *Relay) deliver(ch channel, m *message) {
+	if ch != chIOPub {
+		r.publish(ch, m)
+	}
+}
+
+// publish appends one message as a `jupyter` event.
+func (r *Relay) publish(ch channel, m *message) {
+	out := wireMsg{Channel: string(ch), Header: m.Header, Parent: m.Parent, Metadata: m.Metadata, Content: m.Content}
+	for _, b := range m.Buffers {
+		out.Buffers = append(out.Buffers, base64.StdEncoding.EncodeToString(b))
+	}
+	body, err := json.Marshal(out)
+	if err != nil {
+		return // the kernel sent parts that are not JSON
+	}
+	r.log.Append(func(seq uint64) []byte {
+		ev := make([]byte, 0, len(r.prefix)+30+len(body))
+		ev = append(ev, r.prefix...)
+		ev = strconv.AppendUint(ev, seq, 10)
+		ev = append(ev, `,"msg":`...)
+		ev = append(ev, body...)
+		return append(ev, '}')
+	})
+}
+
+// Close ends the relay's stream with reason closed.
+func (r *Relay) Close() error {
+	r.k.mu.Lock()
+	delete(r.k.relays, r)
+	r.k.mu.Unlock()
+	r.end(stream.End{Reason: stream.ReasonClosed})
+	return nil
+}
+
+func (r *Relay) end(e stream.End) {
+	r.mu.Lock()
+	sent := r.sent
+	r.sent, r.ended = nil, true
+	r.mu.Unlock()
+	for _, s := range sent {
+		s.conn.unregister(s.msgID)
+	}
+	r.s.Finish(e)
+}

@@ -1,0 +1,94 @@
+package jupyter
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/rayito/rayito-agent/internal/stream"
+)
+
+// sender is what the endpoint asserts on a kernel_channels stream's Control.
+type sender interface {
+	Send(msg json.RawMessage) error
+}
+
+func TestRelayBothWays(t *testing.T) {
+	t.Parallel()
+	k := sharedKernel(t)
+	rs, err := env.mgr.Channels(k.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.Kind != stream.KindChannels {
+		t.Fatalf("kind %s", rs.Kind)
+	}
+	relay, ok := rs.Control.(sender)
+	if !ok {
+		t.Fatalf("Control %T has no Send", rs.Control)
+	}
+	msgID := "relay-" + newID()
+	req := fmt.Sprintf(`{"channel":"shell","header":{"msg_type":"execute_request","msg_id":%q},"parent_header":{},"metadata":{},
+		"content":{"code":"relay_v = 6 * 7\nrelay_v","silent":false,"store_history":true,"user_expressions":{},"allow_stdin":false}}`, msgID)
+	if err := relay.Send(json.RawMessage(req)); err != nil {
+		t.Fatal(err)
+	}
+
+	r := attach(t, rs, 0)
+	var result string
+	var replied, idle bool
+	for !replied || !idle {
+		ev, end := r.next()
+		if end != nil {
+			t.Fatalf("relay ended: %+v", end)
+		}
+		if ev.Event != "jupyter" || ev.Msg == nil {
+			t.Fatalf("not a jupyter event: %+v", ev)
+		}
+		var parent, head struct {
+			MsgID   string `json:"msg_id"`
+			MsgType string `json:"msg_type"`
+		}
+		json.Unmarshal(ev.Msg.Parent, &parent)
+		json.Unmarshal(ev.Msg.Header, &head)
+		if parent.MsgID != msgID {
+			continue // other tests share this kernel's iopub
+		}
+		var body struct {
+			Status         string            `json:"status"`
+			ExecutionState string            `json:"execution_state"`
+			Data           map[string]string `json:"data"`
+		}
+		json.Unmarshal(ev.Msg.Content, &body)
+		switch {
+		case ev.Msg.Channel == "iopub" && head.MsgType == "execute_result":
+			result = body.Data["text/plain"]
+		case ev.Msg.Channel == "iopub" && head.MsgType == "status" && body.ExecutionState == "idle":
+			idle = true
+		case ev.Msg.Channel == "shell" && head.MsgType == "execute_reply":
+			if body.Status != "ok" {
+				t.Fatalf("execute_reply %s", ev.Msg.Content)
+			}
+			replied = true
+		}
+	}
+	if result != "42" {
+		t.Fatalf("relayed result %q", result)
+	}
+
+	for _, bad := range []string{
+		`not json`,
+		`{"channel":"iopub","header":{"msg_type":"execute_request"},"content":{}}`,
+		`{"channel":"shell","header":{},"content":{}}`,
+		`{"channel":"shell","header":{"msg_type":"kernel_info_request"},"content":[1]}`,
+		`{"channel":"shell","header":{"msg_type":"kernel_info_request"},"buffers":["%%%"]}`,
+	} {
+		wantCode(t, relay.Send(json.RawMessage(bad)), "bad_request")
+	}
+
+	rs.Control.(*Relay).Close()
+	if end := rs.Ended(); end == nil || end.Reason != stream.ReasonClosed {
+		t.Fatalf("closed relay end %+v", end)
+	}
+	wantCode(t, relay.Send(json.RawMessage(req)), "not_found")
+}
