@@ -11,10 +11,13 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/traffic"
+	"github.com/rayito/rayito-agent/internal/watch"
 	"github.com/rayito/rayito-agent/internal/wire"
 )
 
@@ -55,7 +58,14 @@ func newTestAgent(t testing.TB) *testAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
+	watches, err := watch.NewManager(streams, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: testReaper(t), Defaults: defaults})
 	srv = New(Config{Version: "test", Auth: NewAuth(testToken), Streams: streams, Traffic: counter, Procs: procs,
+		PTYs: ptys, Watches: watches, Kernels: kernels,
 		Resume: resumer, Defaults: defaults, SetClock: func(time.Time) error { return nil }})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
@@ -63,6 +73,9 @@ func newTestAgent(t testing.TB) *testAgent {
 		defer cancel()
 		srv.Shutdown(ctx)
 		hs.Close()
+		kernels.Close()
+		ptys.Close()
+		watches.Close()
 		procs.Close()
 		streams.Close()
 	})
