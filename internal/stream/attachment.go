@@ -73,10 +73,14 @@ func (s *Stream) Attach(from map[string]uint64, window int) (*Attachment, error)
 			return nil, fmt.Errorf("%w: %s cursor %d, end %d", ErrCursorAhead, name, c, s.logs[i].end)
 		}
 		a.next[i], a.acked[i] = c, c
-		// Attaching from c says the client has everything below c.
-		s.logs[i].ackLocked(c)
+	}
+	// Attaching from c says the client has everything below c; like an
+	// ack, that can give a blocked writer room. Only once all are valid.
+	for i, l := range s.logs {
+		l.ackLocked(a.acked[i])
 	}
 	s.attached++
+	s.notifyLocked()
 	return a, nil
 }
 

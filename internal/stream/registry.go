@@ -17,6 +17,7 @@ type Registry struct {
 	streams map[uint64]*Stream
 	keep    time.Duration
 	stop    chan struct{}
+	once    sync.Once // closes stop: Close may race with itself
 	stopped sync.WaitGroup
 }
 
@@ -80,11 +81,7 @@ func (r *Registry) List(kind Kind) []*Stream {
 
 // Close stops the sweeper. Streams stay readable.
 func (r *Registry) Close() {
-	select {
-	case <-r.stop:
-	default:
-		close(r.stop)
-	}
+	r.once.Do(func() { close(r.stop) })
 	r.stopped.Wait()
 }
 
