@@ -12,15 +12,24 @@ STATE_DIR ?= $(CURDIR)/build/state
 # A development token; set RAYITO_ACCESS_TOKEN to choose your own.
 DEV_TOKEN := $(or $(RAYITO_ACCESS_TOKEN),dev-$(shell head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n'))
 
-# Debian packages the tests need: a real ipykernel, QEMU and the image build tools.
-TEST_PACKAGES := python3-ipykernel qemu-system-x86 busybox-static debootstrap e2fsprogs procps
+# Debian packages the unit tests need: a real ipykernel and ps; the image
+# build and VM tools come from rootfs/deps.sh.
+TEST_PACKAGES := python3-ipykernel procps
 
 .PHONY: all build run test unit deps bench fuzz lint clean
 
 all: build
 
-build:
+# The binary is a file target so the image is rebuilt only when it changed.
+GO_SOURCES := $(shell find cmd internal -name '*.go' -not -name '*_test.go') go.mod go.sum
+$(BIN): $(GO_SOURCES)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rayito-agent
+
+build: $(BIN)
+
+# The VM image carries the real agent.
+AGENT := $(BIN)
+include rootfs/Makefile.inc
 
 run: build
 	@mkdir -p $(STATE_DIR)
@@ -30,7 +39,7 @@ run: build
 	RAYITO_ACCESS_TOKEN=$(DEV_TOKEN) $(BIN) serve --listen $(LISTEN) --state-dir $(STATE_DIR) --log-level info
 
 # deps installs what the tests need, only when something is missing.
-deps:
+deps: rootfs-deps
 	@missing=""; for p in $(TEST_PACKAGES); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
@@ -40,12 +49,14 @@ deps:
 		apt-get install -y --no-install-recommends $$missing || { apt-get update && apt-get install -y --no-install-recommends $$missing; }; \
 	fi
 
-# unit runs the Go tests with the race detector.
+# unit runs the Go tests with the race detector; -short leaves the VM
+# tests to e2e, so they do not compete for the two cores.
 unit: deps
 	$(GO) vet ./...
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m ./...
+	CGO_ENABLED=1 $(GO) test -race -short -count=1 -timeout 30m ./...
 
-test: unit
+# test is everything: unit tests, then the image and the VM tests.
+test: unit e2e
 
 bench: deps
 	CGO_ENABLED=1 $(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...

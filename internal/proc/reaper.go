@@ -4,6 +4,8 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -30,6 +32,10 @@ type Reaper struct {
 	stop    chan struct{}
 	done    chan struct{}
 	reaped  uint64 // orphans reaped, for tests and metrics
+	// protected: the agent runs shielded from the OOM killer; its
+	// children must not inherit that, or a runaway command would make the
+	// kernel kill anything but it.
+	protected bool
 }
 
 // Status is how a process ended.
@@ -59,6 +65,7 @@ func NewReaper() (*Reaper, error) {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	r.protected = ownOOMScoreAdj() < 0
 	signal.Notify(r.sigs, syscall.SIGCHLD)
 	go r.loop()
 	return r, nil
@@ -72,6 +79,9 @@ func (r *Reaper) Start(fork func() (int, error)) (int, <-chan Status, error) {
 	pid, err := fork()
 	if err != nil {
 		return 0, nil, err
+	}
+	if r.protected {
+		os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("0"), 0)
 	}
 	ch := make(chan Status, 1)
 	r.wmu.Lock()
@@ -102,6 +112,15 @@ func (r *Reaper) Kill(pid int, sig syscall.Signal, group bool) error {
 		return syscall.ESRCH
 	}
 	return syscall.Kill(pid, sig)
+}
+
+func ownOOMScoreAdj() int {
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
 }
 
 // Orphans returns how many unregistered processes were reaped.

@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rayito/rayito-agent/rootfs/vm"
+	"go.uber.org/zap/zaptest"
+)
+
+// Generous limits: TCG on a busy two-core machine.
+const (
+	bootTimeout    = 4 * time.Minute
+	restoreTimeout = 2 * time.Minute
+	opTimeout      = 30 * time.Second
+)
+
+// buildDir finds the image artifacts: RAYITO_BUILD_DIR, else build/ at the
+// module root.
+func buildDir(t *testing.T) string {
+	if d := os.Getenv("RAYITO_BUILD_DIR"); d != "" {
+		return d
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, "build")
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test directory")
+		}
+		dir = parent
+	}
+}
+
+// vmConfig returns the Config for the built image, or skips the test if
+// there is none (fails instead with RAYITO_E2E=1).
+func vmConfig(t *testing.T) vm.Config {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end VM test (-short)")
+	}
+	cfg := vm.BuildConfig(buildDir(t))
+	for _, f := range []string{cfg.Kernel, cfg.Initrd, cfg.Image} {
+		if _, err := os.Stat(f); err != nil {
+			if os.Getenv("RAYITO_E2E") == "1" {
+				t.Fatalf("RAYITO_E2E=1 but the image is missing (make image): %v", err)
+			}
+			t.Skipf("no VM image (make image, or RAYITO_E2E=1 to require it): %v", err)
+		}
+	}
+	cfg.Log = zaptest.NewLogger(t)
+	return cfg
+}
+
+// bootHealthy boots a VM, waits for the agent and closes the VM when the
+// test ends. On failure the console log is in the error.
+func bootHealthy(t *testing.T, cfg vm.Config) (*vm.VM, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	started := time.Now()
+	v, err := vm.Boot(ctx, cfg)
+	if err != nil {
+		t.Fatalf("boot: %v", err)
+	}
+	t.Cleanup(func() { v.Close() })
+	if err := v.WaitHealthy(ctx); err != nil {
+		t.Fatalf("boot: %v", err)
+	}
+	took := time.Since(started)
+	t.Logf("timing: boot to healthy %s (%s, %d MiB)", took.Round(time.Millisecond), v.Accel(), memOf(cfg))
+	return v, took
+}
+
+func memOf(cfg vm.Config) int {
+	if cfg.MemoryMiB == 0 {
+		return vm.DefaultMemoryMiB
+	}
+	return cfg.MemoryMiB
+}
+
+// logConsoleOnFailure prints the end of the guest console if the test
+// failed, which is where the init and the agent log.
+func logConsoleOnFailure(t *testing.T, v *vm.VM) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("console of %s:\n%s", v.Dir(), v.SerialTail())
+		}
+	})
+}
+
+func opContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
