@@ -45,6 +45,7 @@ type testAgent struct {
 	streams  *stream.Registry
 	traffic  *traffic.Counter
 	defaults *proc.Defaults
+	resume   *resume.Manager
 	url      string
 }
 
@@ -79,7 +80,7 @@ func newTestAgent(t testing.TB) *testAgent {
 		procs.Close()
 		streams.Close()
 	})
-	return &testAgent{srv: srv, http: hs, streams: streams, traffic: counter, defaults: defaults, url: "ws" + hs.URL[len("http"):]}
+	return &testAgent{srv: srv, http: hs, streams: streams, traffic: counter, defaults: defaults, resume: resumer, url: "ws" + hs.URL[len("http"):]}
 }
 
 // cutter lets the resume manager reach a server built after it.

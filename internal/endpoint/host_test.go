@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/rayito/rayito-agent/internal/resume"
 )
 
 func (a *testAgent) post(t *testing.T, path, token, body string) (int, map[string]any) {
@@ -185,5 +187,32 @@ func TestInitSetsFirstToken(t *testing.T) {
 	}
 	if status, _ := a.post(t, "/v1/init", "first", `{}`); status != 200 {
 		t.Fatalf("init with the token it set: %d", status)
+	}
+}
+
+// TestUeventThenHostPostBumpsOnce: the guest notices the restore through
+// the VMGenID uevent before the host's POST arrives; both describe one
+// resume, so the generation moves by one per restore.
+func TestUeventThenHostPostBumpsOnce(t *testing.T) {
+	a := newTestAgent(t)
+	l, err := resume.ListenUevents(func() {
+		a.resume.Resume(context.Background(), resume.Report{Source: resume.SourceVMGenID})
+	})
+	if err != nil {
+		t.Skipf("no uevent socket: %v", err)
+	}
+	defer l.Close()
+	uevent := []byte("change@/devices/LNXSYSTM:00/LNXSYBUS:00/QEMUVGID:00\x00ACTION=change\x00SUBSYSTEM=acpi\x00NEW_VMGENID=1\x00SEQNUM=77\x00")
+	for cycle := 1; cycle <= 2; cycle++ {
+		if !l.Handle(uevent) {
+			t.Fatal("vmgenid uevent not taken")
+		}
+		if g := a.resume.Generation(); g != uint64(cycle) {
+			t.Fatalf("cycle %d: uevent gave generation %d", cycle, g)
+		}
+		_, h := a.post(t, "/v1/resume", testToken, `{"resume_id": "cycle-`+strconv.Itoa(cycle)+`"}`)
+		if h["resume_generation"].(float64) != float64(cycle) {
+			t.Fatalf("cycle %d: host POST after the uevent bumped again: %v", cycle, h)
+		}
 	}
 }

@@ -42,10 +42,19 @@ func (l *UeventListener) loop() {
 		if err != nil {
 			return
 		}
-		if IsVMGenIDChange(buf[:n]) {
-			l.report()
-		}
+		l.Handle(buf[:n])
 	}
+}
+
+// Handle takes one raw uevent message, as read from the socket, and
+// reports it if it is a VMGenID change. The read loop calls it; tests
+// inject messages through it.
+func (l *UeventListener) Handle(msg []byte) bool {
+	if !IsVMGenIDChange(msg) {
+		return false
+	}
+	l.report()
+	return true
 }
 
 // Close stops listening.
