@@ -1,16 +1,13 @@
 package main
 
 import (
-	"fmt"
 	"os"
 )
 
 func execCmd(args []string) int {
-	fmt.Fprintln(os.Stderr, "rayito-agent exec: not yet available")
-	return 2
+	return runExec(args, os.Stdin, os.Stdout, os.Stderr)
 }
 
 func healthCmd(args []string) int {
-	fmt.Fprintln(os.Stderr, "rayito-agent health: not yet available")
-	return 2
+	return runHealth(args, os.Stdout, os.Stderr)
 }

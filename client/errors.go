@@ -1,0 +1,78 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors callers branch on with errors.Is.
+var (
+	// ErrConnectionLost fails a call that was in flight when the connection
+	// dropped (it may or may not have reached the agent), and every handle
+	// once reconnecting gave up. Calls that are safe to repeat (attach,
+	// list) are retried on the new connection instead.
+	ErrConnectionLost = errors.New("client: connection to the agent lost")
+	// ErrClosed is returned once Close has been called.
+	ErrClosed = errors.New("client: closed")
+	// ErrUnauthorized is returned by Dial when the agent refuses the token.
+	ErrUnauthorized = errors.New("client: access token refused (HTTP 401)")
+	// ErrDetached is returned by a handle's readers and Wait after Detach.
+	ErrDetached = errors.New("client: detached from the stream")
+	// ErrProtocol means the agent sent something the protocol forbids,
+	// such as data at an unexpected offset; the affected handle fails.
+	ErrProtocol = errors.New("client: protocol violation")
+	// ErrStreamFailed is returned by Wait when the stream ended with
+	// reason "error".
+	ErrStreamFailed = errors.New("client: stream ended with an error")
+	// ErrCallbackOwnsOutput is returned by the reader of a channel whose
+	// output goes to a callback (ExecOptions.OnStdout or OnStderr).
+	ErrCallbackOwnsOutput = errors.New("client: channel output goes to a callback")
+)
+
+// Code is a protocol error code (section 2 of the protocol).
+type Code string
+
+// The protocol's error codes.
+const (
+	CodeBadRequest  Code = "bad_request"
+	CodeNotFound    Code = "not_found"
+	CodeConflict    Code = "conflict"
+	CodeUnsupported Code = "unsupported"
+	CodeLimit       Code = "limit"
+	CodeUnavailable Code = "unavailable"
+	CodeInternal    Code = "internal"
+)
+
+// Error is an error the agent answered with.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+	// Stream is set for error events about one stream, such as refused
+	// input.
+	Stream uint64 `json:"-"`
+}
+
+func (e *Error) Error() string { return "agent: " + string(e.Code) + ": " + e.Message }
+
+// HasCode reports whether err is an agent *Error with the given code.
+func HasCode(err error, code Code) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
+// GapError is returned once by a channel's reader at the position where
+// the agent announced that data is gone (dropped before this client read
+// it). The next Read continues with the data after the gap.
+type GapError struct {
+	Stream   uint64
+	Channel  string
+	From, To uint64 // bytes (or event seqs) [From, To) are missing
+}
+
+func (e *GapError) Error() string {
+	return fmt.Sprintf("client: stream %d %s: positions [%d, %d) were dropped by the agent", e.Stream, e.Channel, e.From, e.To)
+}
+
+func protocolErrorf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrProtocol}, args...)...)
+}

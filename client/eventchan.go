@@ -1,0 +1,133 @@
+package client
+
+import (
+	"context"
+	"sync"
+)
+
+// eventChan is the event channel of a handle (watch events, cell outputs,
+// raw Jupyter messages): whole events, each the raw JSON of its frame, in
+// seq order, with announced gaps in between. The reader goroutine pushes;
+// consumers take events with next.
+type eventChan struct {
+	h        *handle
+	name     string
+	ackEvery uint64
+	limit    int // most events the window lets the agent have buffered; 0: none
+
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced on every push, gap or finish
+	queue    [][]byte
+	received uint64 // seq of the last event received (0: none)
+	consumed uint64 // seq of the last event the application took
+	ackReq   uint64
+	gaps     []gapMark // seq ranges [from, to)
+	err      error
+}
+
+func newEventChan(h *handle, name string, from uint64, window int) *eventChan {
+	e := &eventChan{h: h, name: name, received: from, consumed: from, ackReq: from, changed: make(chan struct{})}
+	events := defaultWindow / 256
+	if window > 0 {
+		events = max(window/256, 1)
+		e.limit = 2 * events
+	}
+	e.ackEvery = uint64(max(events/2, 1))
+	return e
+}
+
+func (e *eventChan) notifyLocked() {
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// push appends the event with the given seq; raw must not be reused.
+func (e *eventChan) push(seq uint64, raw []byte) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if seq != e.received+1 {
+		return protocolErrorf("stream %d %s: event seq %d, expected %d", e.h.id, e.name, seq, e.received+1)
+	}
+	if e.limit > 0 && len(e.queue) >= e.limit {
+		return protocolErrorf("stream %d %s: %d events unacknowledged, beyond the window", e.h.id, e.name, len(e.queue)+1)
+	}
+	e.queue = append(e.queue, raw)
+	e.received = seq
+	e.notifyLocked()
+	return nil
+}
+
+// gap records that seqs [from, to) are gone.
+func (e *eventChan) gap(from, to uint64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if from != e.received+1 || to <= from {
+		return protocolErrorf("stream %d %s: gap [%d, %d) after seq %d", e.h.id, e.name, from, to, e.received)
+	}
+	e.gaps = append(e.gaps, gapMark{from, to})
+	e.received = to - 1
+	e.notifyLocked()
+	return nil
+}
+
+func (e *eventChan) finish(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err == nil {
+		e.err = err
+		e.notifyLocked()
+	}
+}
+
+// next returns the next event's raw JSON, blocking until there is one. At
+// an announced gap it returns a *GapError once. After the last event it
+// returns the channel's final error (io.EOF for a normal end).
+func (e *eventChan) next(ctx context.Context) ([]byte, error) {
+	for {
+		e.mu.Lock()
+		if len(e.gaps) > 0 && e.gaps[0].from == e.consumed+1 {
+			g := e.gaps[0]
+			e.gaps = e.gaps[1:]
+			e.consumed = g.to - 1
+			e.requestAckLocked()
+			e.mu.Unlock()
+			return nil, &GapError{Stream: e.h.id, Channel: e.name, From: g.from, To: g.to}
+		}
+		if len(e.queue) > 0 {
+			ev := e.queue[0]
+			e.queue[0] = nil
+			e.queue = e.queue[1:]
+			e.consumed++
+			e.requestAckLocked()
+			e.mu.Unlock()
+			return ev, nil
+		}
+		err, ch := e.err, e.changed
+		e.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// requestAckLocked follows byteChan.requestAckLocked.
+func (e *eventChan) requestAckLocked() {
+	switch {
+	case e.consumed-e.ackReq >= e.ackEvery:
+		e.ackReq = e.consumed
+		e.h.requestAck(false)
+	case len(e.queue) == 0 && e.consumed > e.ackReq:
+		e.h.requestAck(true)
+	}
+}
+
+func (e *eventChan) cursors() (received, consumed uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.received, e.consumed
+}

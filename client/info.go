@@ -1,0 +1,141 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// StreamInfo is one stream as `list` reports it.
+type StreamInfo struct {
+	Stream  uint64            `json:"stream"`
+	Kind    Kind              `json:"kind"`
+	Pid     int               `json:"pid"`
+	Tag     string            `json:"tag"`
+	Argv    []string          `json:"argv"`
+	State   string            `json:"state"` // "running" or "ended"
+	Cursors map[string]uint64 `json:"cursors"`
+	End     *End              `json:"end"`
+}
+
+// List returns the agent's streams of a kind ("" for all), in id order.
+func (c *Client) List(ctx context.Context, kind Kind) ([]StreamInfo, error) {
+	res, err := c.call(ctx, "list", struct {
+		Kind Kind `json:"kind,omitempty"`
+	}{kind}, callOpts{retry: true})
+	if err != nil {
+		return nil, fmt.Errorf("client: list: %w", err)
+	}
+	var r struct {
+		Streams []StreamInfo `json:"streams"`
+	}
+	if err := json.Unmarshal(res, &r); err != nil {
+		return nil, protocolErrorf("list result: %v", err)
+	}
+	return r.Streams, nil
+}
+
+// Health is the agent's GET /health.
+type Health struct {
+	Status           string         `json:"status"`
+	Version          string         `json:"version"`
+	ResumeGeneration uint64         `json:"resume_generation"`
+	KernelStateLost  bool           `json:"kernel_state_lost"`
+	Kernels          []KernelHealth `json:"kernels"`
+	LastResume       *LastResume    `json:"last_resume"`
+	UptimeMs         int64          `json:"uptime_ms"`
+}
+
+// LastResume describes the agent's most recent resume sequence.
+type LastResume struct {
+	Source     string `json:"source"`
+	ResumeID   string `json:"resume_id"`
+	AtUnixMs   int64  `json:"at_unix_ms"`
+	DurationMs int64  `json:"duration_ms"`
+}
+
+// KernelHealth is one kernel in Health.
+type KernelHealth struct {
+	Kernel string `json:"kernel"`
+	State  string `json:"state"`
+}
+
+// Traffic is the agent's GET /v1/traffic.
+type Traffic struct {
+	BytesIn            uint64 `json:"bytes_in"`
+	BytesOut           uint64 `json:"bytes_out"`
+	LastActivityUnixMs int64  `json:"last_activity_unix_ms"`
+	IdleMs             int64  `json:"idle_ms"`
+	Connections        int64  `json:"connections"`
+	IdlePolicy         *struct {
+		MaxIdleSeconds int64 `json:"max_idle_seconds"`
+	} `json:"idle_policy"`
+	Idle bool `json:"idle"`
+}
+
+// Health reads the agent's /health. It needs no connection.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	return h, c.getJSON(ctx, "/health", &h)
+}
+
+// Traffic reads the agent's /v1/traffic (not counted as traffic itself).
+func (c *Client) Traffic(ctx context.Context) (Traffic, error) {
+	var t Traffic
+	return t, c.getJSON(ctx, "/v1/traffic", &t)
+}
+
+// GetHealth reads /health from the agent at url without a websocket: what
+// a host or a probe wants.
+func GetHealth(ctx context.Context, url string, httpClient *http.Client) (Health, error) {
+	base, _, err := endpointURLs(url)
+	if err != nil {
+		return Health{}, err
+	}
+	var h Health
+	return h, getJSON(ctx, httpClient, base+"/health", "", &h)
+}
+
+func (c *Client) getJSON(ctx context.Context, path string, v any) error {
+	return getJSON(ctx, c.opts.HTTPClient, c.httpBase+path, c.opts.Token, v)
+}
+
+func getJSON(ctx context.Context, hc *http.Client, url, token string, v any) error {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("client: GET %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("client: GET %s: %w", url, err)
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		return fmt.Errorf("%w: GET %s", ErrUnauthorized, url)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error *Error `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != nil {
+			return fmt.Errorf("client: GET %s: HTTP %d: %w", url, resp.StatusCode, e.Error)
+		}
+		return fmt.Errorf("client: GET %s: HTTP %d", url, resp.StatusCode)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("client: GET %s: %w", url, err)
+	}
+	return nil
+}

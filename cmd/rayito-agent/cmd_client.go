@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rayito/rayito-agent/client"
+)
+
+// defaultURL is where client subcommands find the agent.
+const defaultURL = "ws://127.0.0.1:49983"
+
+// exitClientError is the exit code of a client command that failed on its
+// own (bad flags, no agent), as opposed to the command it ran.
+const exitClientError = 125
+
+// envList collects repeated --env K=V flags.
+type envList map[string]string
+
+func (e envList) String() string { return "" }
+
+func (e envList) Set(kv string) error {
+	k, v, ok := strings.Cut(kv, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want K=V, got %q", kv)
+	}
+	e[k] = v
+	return nil
+}
+
+// runExec is `rayito-agent exec`: run a command in the sandbox, stream its
+// output to ours, exit with its exit code (128+n when killed by signal n).
+func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("url", defaultURL, "the agent's address")
+	cwd := fs.String("cwd", "", "working directory of the command")
+	user := fs.String("user", "", "user to run the command as")
+	tag := fs.String("tag", "", "tag of the stream, to find it again with attach")
+	timeout := fs.Duration("timeout", 0, "kill the command's process group after this long (e.g. 30s)")
+	fwdStdin := fs.Bool("stdin", false, "forward our stdin to the command")
+	env := envList{}
+	fs.Var(env, "env", "K=V environment variable for the command (repeatable)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: rayito-agent exec [flags] -- CMD [ARG...]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	fail := func(err error) int {
+		fmt.Fprintln(stderr, "rayito-agent exec:", err)
+		return exitClientError
+	}
+
+	ctx := context.Background()
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c, err := client.Dial(dctx, *url, client.Options{Token: os.Getenv("RAYITO_ACCESS_TOKEN")})
+	cancel()
+	if err != nil {
+		return fail(err)
+	}
+	defer c.Close()
+	p, err := c.Exec(ctx, client.ExecOptions{
+		Argv: fs.Args(), Env: env, Cwd: *cwd, User: *user, Tag: *tag, Timeout: *timeout, Stdin: *fwdStdin,
+		OnStdout: func(b []byte) { stdout.Write(b) },
+		OnStderr: func(b []byte) { stderr.Write(b) },
+	})
+	if err != nil {
+		return fail(err)
+	}
+
+	// Signals to us go to the command's process group, as with a local
+	// command in a terminal.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				p.Signal(ctx, forwardedSignal(s))
+			case <-p.Done():
+				return
+			}
+		}
+	}()
+	if *fwdStdin {
+		go func() {
+			if _, err := io.Copy(p, stdin); err == nil {
+				p.CloseStdin(ctx)
+			}
+		}()
+	}
+	st, err := p.Wait(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	return st.ExitCode()
+}
+
+func forwardedSignal(s os.Signal) client.Signal {
+	switch s {
+	case syscall.SIGINT:
+		return client.SIGINT
+	case syscall.SIGHUP:
+		return client.SIGHUP
+	}
+	return client.SIGTERM
+}
+
+// runHealth is `rayito-agent health`: print the agent's /health as is.
+func runHealth(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("health", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("url", defaultURL, "the agent's address")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(err error) int {
+		fmt.Fprintln(stderr, "rayito-agent health:", err)
+		return 1
+	}
+	base := strings.NewReplacer("ws://", "http://", "wss://", "https://").Replace(strings.TrimSuffix(*url, "/"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health", nil)
+	if err != nil {
+		return fail(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fail(err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(stdout, resp.Body); err != nil {
+		return fail(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fail(fmt.Errorf("HTTP %d", resp.StatusCode))
+	}
+	return 0
+}
