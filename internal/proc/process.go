@@ -16,9 +16,13 @@ import (
 )
 
 // drainIdle bounds how long a stream stays open after its leader exited
-// while background members of the group keep the output pipes open and
-// produce nothing the client is waiting to read.
+// while background members of the group keep the output pipes open but
+// write nothing: any output restarts it.
 const drainIdle = 2 * time.Second
+
+// drainMax bounds it even when they keep writing: a daemon started in the
+// background must not keep the command's stream open forever.
+const drainMax = 30 * time.Second
 
 // readSize is one read from an output pipe.
 const readSize = 64 << 10
@@ -43,11 +47,12 @@ func (p *process) run(status <-chan Status, outs []*os.File, timeout time.Durati
 	logs := p.s.Logs()
 	var readers sync.WaitGroup
 	var writing atomic.Int32 // readers blocked on a full log, not on the pipe
+	var progress atomic.Uint64 // bytes read, so output resets the drain clock
 	for i, f := range outs {
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
-			copyOut(f, logs[i], &writing)
+			copyOut(f, logs[i], &writing, &progress)
 		}()
 	}
 	readersDone := make(chan struct{})
@@ -80,12 +85,17 @@ wait:
 	// if a background member holds them open without producing output.
 	tick := time.NewTicker(50 * time.Millisecond)
 	idle := time.Duration(0)
-	for idle < drainIdle {
+	seen := progress.Load()
+	limit := time.Now().Add(drainMax)
+	for idle < drainIdle && time.Now().Before(limit) {
 		select {
 		case <-readersDone:
 			idle = drainIdle
 		case <-tick.C:
-			if writing.Load() == 0 {
+			switch now := progress.Load(); {
+			case now != seen || writing.Load() != 0:
+				seen, idle = now, 0
+			default:
 				idle += 50 * time.Millisecond
 			}
 		}
@@ -99,11 +109,12 @@ wait:
 }
 
 // copyOut reads a pipe into a log until EOF or until the pipe is closed.
-func copyOut(f *os.File, l *stream.Log, writing *atomic.Int32) {
+func copyOut(f *os.File, l *stream.Log, writing *atomic.Int32, progress *atomic.Uint64) {
 	buf := make([]byte, readSize)
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
+			progress.Add(uint64(n))
 			writing.Add(1)
 			_, werr := l.Write(buf[:n])
 			writing.Add(-1)
