@@ -16,11 +16,10 @@ func TestReaperAndOOMScore(t *testing.T) {
 		t.Skipf("cannot lower oom_score_adj here: %v", err)
 	}
 	defer os.WriteFile("/proc/self/oom_score_adj", old, 0)
-	r, err := NewReaper()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	testManager(t) // starts the package's one reaper
+	r := sharedReaper
+	r.protected = true
+	defer func() { r.protected = false }()
 	null, _ := os.Open(os.DevNull)
 	defer null.Close()
 	pr, pw, _ := os.Pipe()
