@@ -8,10 +8,14 @@ import (
 
 // op is one protocol operation. Slow ops (those that fork, start kernels or
 // wait) run on their own goroutine so the connection keeps reading acks and
-// input meanwhile; quick ones run in order on the reader goroutine.
+// input meanwhile; quick ones run in order on the reader goroutine. Ordered
+// ops are slow ops whose effects must follow the order of the requests
+// (cells queue on a kernel in the order the client sent them): they run
+// one at a time, in order, on the session's ordered worker.
 type op struct {
-	fn   func(c *call) (any, error)
-	slow bool
+	fn      func(c *call) (any, error)
+	slow    bool
+	ordered bool
 }
 
 // call is one request being handled.
@@ -85,7 +89,7 @@ func (ss *Session) handleControl(msg []byte) {
 		ss.fail(req, wire.Errorf(wire.CodeBadRequest, "op %q needs an id", req.Op))
 		return
 	}
-	if !o.slow {
+	if !o.slow && !o.ordered {
 		ss.respond(&call{ss: ss, req: req}, o)
 		return
 	}
@@ -95,10 +99,29 @@ func (ss *Session) handleControl(msg []byte) {
 		ss.fail(req, wire.Errorf(wire.CodeLimit, "more than %d slow requests in flight on this connection", maxInflightOps))
 		return
 	}
-	go func() {
+	run := func() {
 		defer func() { <-ss.sem }()
 		ss.respond(&call{ss: ss, req: req}, o)
-	}()
+	}
+	if o.ordered {
+		// The queue holds as many as the semaphore allows, so this send
+		// never blocks the reader.
+		ss.ordered <- run
+		return
+	}
+	go run()
+}
+
+// orderedLoop runs ordered ops one at a time until the session ends.
+func (ss *Session) orderedLoop() {
+	for {
+		select {
+		case run := <-ss.ordered:
+			run()
+		case <-ss.ctx.Done():
+			return
+		}
+	}
 }
 
 func (ss *Session) respond(c *call, o op) {

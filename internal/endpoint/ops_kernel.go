@@ -36,7 +36,7 @@ func (s *Server) kernelOps(ops map[string]op) {
 	ops["kernel_interrupt"] = op{fn: s.kernelOp(func(ctx context.Context, id string) error { return s.cfg.Kernels.Interrupt(id) })}
 	ops["kernel_restart"] = op{fn: s.kernelOp(s.cfg.Kernels.Restart), slow: true}
 	ops["kernel_shutdown"] = op{fn: s.kernelOp(s.cfg.Kernels.Shutdown), slow: true}
-	ops["execute"] = op{fn: s.opExecute, slow: true}
+	ops["execute"] = op{fn: s.opExecute, ordered: true}
 	ops["input_reply"] = op{fn: s.opInputReply}
 	ops["kernel_channels"] = op{fn: s.opKernelChannels}
 	ops["jupyter_send"] = op{fn: s.opJupyterSend}

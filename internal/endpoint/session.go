@@ -38,9 +38,10 @@ type Session struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	ctrl chan outFrame // control frames: go first
-	data chan outFrame // attachment frames: in order per attachment
-	sem  chan struct{} // bounds slow ops in flight
+	ctrl    chan outFrame // control frames: go first
+	data    chan outFrame // attachment frames: in order per attachment
+	sem     chan struct{} // bounds slow ops in flight
+	ordered chan func()   // ordered ops, run one at a time in arrival order
 
 	mu         sync.Mutex
 	atts       map[uint64]*attachment
@@ -82,7 +83,8 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 	ss := &Session{
 		srv: s, conn: conn, log: s.log, ctx: ctx, cancel: cancel,
 		ctrl: make(chan outFrame, controlQueue), data: make(chan outFrame, dataQueue),
-		sem: make(chan struct{}, maxInflightOps), atts: make(map[uint64]*attachment),
+		sem: make(chan struct{}, maxInflightOps), ordered: make(chan func(), maxInflightOps),
+		atts:       make(map[uint64]*attachment),
 		generation: s.generation(),
 	}
 	s.mu.Lock()
@@ -111,6 +113,7 @@ func (ss *Session) run() {
 		defer close(writerDone)
 		ss.writeLoop()
 	}()
+	go ss.orderedLoop()
 	ss.readLoop()
 	ss.cancel()
 	<-writerDone
