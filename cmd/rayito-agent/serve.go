@@ -187,6 +187,11 @@ func run(cfg config, log *zap.Logger) error {
 	if err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
+	var earlier []string
+	for _, k := range resumer.State().Kernels {
+		earlier = append(earlier, k.Kernel)
+	}
+	kernels.SkipIDs(earlier)
 	srv = endpoint.New(endpoint.Config{
 		Logger:   log.Named("endpoint"),
 		Version:  version,

@@ -42,6 +42,9 @@ func decodeBody(r *http.Request, v any) *wire.Error {
 	if err := dec.Decode(v); err != nil {
 		return wire.Errorf(wire.CodeBadRequest, "malformed body: %v", err)
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		return wire.Errorf(wire.CodeBadRequest, "malformed body: data after the JSON object")
+	}
 	return nil
 }
 

@@ -166,10 +166,13 @@ func (ss *Session) writeLoop() {
 
 // write sends one frame, or performs the close it asks for.
 func (ss *Session) write(f outFrame) bool {
-	if f.release != nil {
-		defer f.release()
-	}
 	if f.close {
+		// Everything queued before the close is written: release now, not
+		// after the handshake, or a silent peer would hold a resume for
+		// the library's 5 s close wait.
+		if f.release != nil {
+			f.release()
+		}
 		ss.mu.Lock()
 		code, why := ss.closeCode, ss.closeWhy
 		ss.mu.Unlock()
@@ -177,6 +180,9 @@ func (ss *Session) write(f outFrame) bool {
 		// the read loop then sees the connection end.
 		ss.conn.Close(code, why)
 		return false
+	}
+	if f.release != nil {
+		defer f.release()
 	}
 	typ := websocket.MessageText
 	if f.binary {

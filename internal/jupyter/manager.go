@@ -143,6 +143,16 @@ func (m *Manager) all() []*Kernel {
 	return ks
 }
 
+// SkipIDs makes later kernels get ids after the given ones, so a kernel
+// reported lost from an earlier run never shares its id with a new one.
+func (m *Manager) SkipIDs(ids []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, id := range ids {
+		m.nextID = max(m.nextID, idNumber(id))
+	}
+}
+
 func idNumber(id string) int {
 	n, _ := strconv.Atoi(strings.TrimPrefix(id, "k"))
 	return n
