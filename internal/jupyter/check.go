@@ -13,8 +13,9 @@ import (
 
 // checkBound is how long Check waits for a kernel that does not answer.
 // A live kernel answers in milliseconds; its heartbeat and control channel
-// run on their own threads, so even a busy cell does not delay them.
-const checkBound = time.Second
+// run on their own threads, so even a busy cell does not delay them. Right
+// after a restore under software emulation it takes seconds.
+const checkBound = 5 * time.Second
 
 // CheckResult lists kernel ids by what the survival check found.
 type CheckResult struct {
