@@ -64,12 +64,7 @@ func (ss *Session) attached(id uint64) *attachment {
 // pump delivers one attachment until its end item or the session's end.
 func (ss *Session) pump(a *attachment) {
 	defer ss.pumps.Done()
-	defer func() {
-		ss.mu.Lock()
-		delete(ss.atts, a.st.ID)
-		ss.mu.Unlock()
-		a.att.Close()
-	}()
+	defer ss.release(a)
 	for {
 		bp := frameBufs.Get().(*[]byte)
 		buf := (*bp)[:wire.MaxDataHeader]
@@ -92,11 +87,25 @@ func (ss *Session) pump(a *attachment) {
 		case stream.ItemEnd:
 			frameBufs.Put(bp)
 			f.msg = endEvent(a.st.ID, item.End, item.Cursors)
+			// Gone before the client can see the end: a client that
+			// attaches again as soon as it has the end must not find
+			// the old attachment still registered.
+			ss.release(a)
 		}
 		if !ss.sendData(f) || item.Kind == stream.ItemEnd {
 			return
 		}
 	}
+}
+
+// release unregisters the attachment and closes it; it may run twice.
+func (ss *Session) release(a *attachment) {
+	ss.mu.Lock()
+	if ss.atts[a.st.ID] == a {
+		delete(ss.atts, a.st.ID)
+	}
+	ss.mu.Unlock()
+	a.att.Close()
 }
 
 // dataFrame writes the OUT header right before the payload that Next
