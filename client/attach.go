@@ -19,14 +19,17 @@ type AttachOptions struct {
 	Stream uint64
 	Pid    int
 	Tag    string
-	// From maps channel names ("stdout", "stderr") to the cursor to start
-	// from; missing channels start at 0. Process.Cursors gives them.
+	// From maps channel names ("stdout", "stderr", "pty", "events") to
+	// the cursor to start from; missing channels start at 0. A handle's
+	// Cursors gives them.
 	From map[string]uint64
 	// Window is the unacknowledged bytes the agent may send per channel:
 	// 0 picks the default (1 MiB), NoWindow none.
 	Window int
-	// OnStdout and OnStderr work as in ExecOptions.
+	// OnStdout and OnStderr work as in ExecOptions (Attach only).
 	OnStdout, OnStderr func([]byte)
+	// OnOutput works as in PTYOptions (AttachPTY only).
+	OnOutput func([]byte)
 }
 
 // attachResult is the result of the attach op.
@@ -103,6 +106,43 @@ func (c *Client) attach(ctx context.Context, o AttachOptions, want Kind, outs ou
 	}})
 	if err != nil {
 		return nil, r, fmt.Errorf("client: attach: %w", err)
+	}
+	return h, r, nil
+}
+
+// created is the result of an op that creates a stream and attaches the
+// connection to it.
+type created struct {
+	Stream uint64 `json:"stream"`
+	Pid    int    `json:"pid"`
+	Kernel string `json:"kernel"`
+}
+
+// create runs an op that creates a stream (exec, pty, watch, execute) and
+// registers its handle before the stream's first frame is read. It is
+// never re-sent: if the connection drops before the answer, the stream
+// may or may not exist.
+func (c *Client) create(ctx context.Context, op string, params any, kind Kind, outs outputs) (*handle, created, error) {
+	var h *handle
+	var r created
+	_, err := c.call(ctx, op, params, callOpts{onResult: func(cn *conn, res json.RawMessage, abandoned bool) error {
+		if res == nil {
+			return nil
+		}
+		var got created
+		if err := json.Unmarshal(res, &got); err != nil || got.Stream == 0 {
+			return protocolErrorf("%s result %s", op, res)
+		}
+		if abandoned {
+			c.send.control("detach", got.Stream) // let the agent's grace run
+			return nil
+		}
+		h, r = newHandle(c, cn, got.Stream, kind, defaultWindow, nil, outs), got
+		c.addHandle(h)
+		return nil
+	}})
+	if err != nil {
+		return nil, created{}, fmt.Errorf("client: %s: %w", op, err)
 	}
 	return h, r, nil
 }

@@ -54,12 +54,14 @@ type Options struct {
 // Client is a connection to one agent, re-established on its own when it
 // drops. All methods are safe for concurrent use.
 type Client struct {
-	httpBase string // http(s)://host:port
-	wsURL    string
-	opts     Options
-	log      *zap.Logger
-	nextID   atomic.Uint64
-	send     *sender
+	httpBase  string // http(s)://host:port
+	wsURL     string
+	opts      Options
+	log       *zap.Logger
+	nextID    atomic.Uint64
+	send      *sender
+	token     atomic.Pointer[string] // Options.Token, replaced by Init
+	defKernel atomic.Pointer[string] // the default kernel's id, once an execute named it
 
 	life   context.Context // cancelled by Close: stops dials
 	cancel context.CancelFunc
@@ -111,6 +113,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
 		lost: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{}),
 		pending: make(map[uint64]*pending), handles: make(map[uint64]*handle),
 	}
+	c.token.Store(&opts.Token)
 	c.life, c.cancel = context.WithCancel(context.Background())
 	c.send = newSender(c)
 	cn, err := c.dial(ctx)

@@ -62,8 +62,8 @@ type gapMsg struct {
 // dial opens a connection and reads the agent's hello.
 func (c *Client) dial(ctx context.Context) (*conn, error) {
 	hdr := http.Header{}
-	if c.opts.Token != "" {
-		hdr.Set("Authorization", "Bearer "+c.opts.Token)
+	if token := c.accessToken(); token != "" {
+		hdr.Set("Authorization", "Bearer "+token)
 	}
 	ws, resp, err := websocket.Dial(ctx, c.wsURL, &websocket.DialOptions{
 		HTTPClient: c.opts.HTTPClient, HTTPHeader: hdr, Subprotocols: []string{subprotocol},

@@ -1,6 +1,8 @@
 // Package client is the Go SDK of rayito-agent: it dials the agent's
-// websocket, runs and attaches to streams (processes for now), and keeps
-// them flowing across dropped connections and VM resumes.
+// websocket, runs and attaches to streams (processes, terminals,
+// directory watches, kernel cells), and keeps them flowing across dropped
+// connections and VM resumes. Host calls (init, resume, health) need no
+// websocket: see Host.
 //
 // One reader goroutine per connection decodes frames and routes them:
 // responses to the calls waiting for them, data frames straight into the

@@ -27,6 +27,9 @@ var (
 	// ErrCallbackOwnsOutput is returned by the reader of a channel whose
 	// output goes to a callback (ExecOptions.OnStdout or OnStderr).
 	ErrCallbackOwnsOutput = errors.New("client: channel output goes to a callback")
+	// ErrNoDefaultKernel is returned by Interrupt, Restart and Shutdown of
+	// DefaultKernel before any cell of this client named its id.
+	ErrNoDefaultKernel = errors.New("client: the default kernel's id is not known yet (run a cell first)")
 )
 
 // Code is a protocol error code (section 2 of the protocol).

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"sync"
 )
 
@@ -130,4 +131,53 @@ func (e *eventChan) cursors() (received, consumed uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.received, e.consumed
+}
+
+// eventFeed delivers a handle's events on a channel, for applications
+// that range over them instead of calling Next. Gaps are skipped (the
+// handle's Gaps lists them). Its goroutine is started by the first call
+// of start and stops after the last event, or when the client closes;
+// done is closed then.
+type eventFeed[T any] struct {
+	mu   sync.Mutex
+	ch   chan T
+	done chan struct{}
+}
+
+func (f *eventFeed[T]) start(c *Client, next func(context.Context) (T, error)) <-chan T {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ch != nil {
+		return f.ch
+	}
+	f.ch, f.done = make(chan T), make(chan struct{})
+	ch, done := f.ch, f.done
+	go func() {
+		defer close(done)
+		defer close(ch)
+		for {
+			v, err := next(c.life)
+			var gap *GapError
+			switch {
+			case errors.As(err, &gap):
+				continue
+			case err != nil:
+				return
+			}
+			select {
+			case ch <- v:
+			case <-c.stop:
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// running returns the feed's done channel, or nil if it was never
+// started.
+func (f *eventFeed[T]) running() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.done
 }

@@ -220,6 +220,12 @@ func (h *handle) finish(end *End, err error) {
 // to stop sending.
 func (h *handle) violation(err error) {
 	h.c.log.Warn("protocol violation", zap.Error(err))
+	h.abandon(err)
+}
+
+// abandon fails the handle with err and asks the agent to stop sending,
+// without waiting: for a caller that gave up on the stream.
+func (h *handle) abandon(err error) {
 	h.finish(nil, err)
 	h.c.send.control("detach", h.id)
 }

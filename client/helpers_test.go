@@ -18,8 +18,12 @@ import (
 
 	"github.com/rayito/rayito-agent/client"
 	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/ptymux"
+	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/watch"
 )
 
 const testToken = "client-test-token"
@@ -43,29 +47,54 @@ func testReaper(t testing.TB) *proc.Reaper {
 	return reaper
 }
 
-// agent is a real agent served in-process.
+// agent is a real agent served in-process, with every capability:
+// commands, terminals, watches, kernels and resumes.
 type agent struct {
 	srv     *endpoint.Server
 	http    *httptest.Server
 	streams *stream.Registry
+	kernels *jupyter.Manager
+	resume  *resume.Manager
 	url     string
 }
 
 func newAgent(t testing.TB) *agent {
 	streams := stream.NewRegistry(0)
-	procs := proc.NewManager(streams, testReaper(t), &proc.Defaults{}, nil)
-	srv := endpoint.New(endpoint.Config{Version: "test", Auth: endpoint.NewAuth(testToken), Streams: streams, Procs: procs})
+	defaults := &proc.Defaults{}
+	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
+	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
+	watches, err := watch.NewManager(streams, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: testReaper(t), Defaults: defaults})
+	var srv *endpoint.Server
+	resumer, err := resume.New(resume.Options{Sessions: cutter{&srv}, SetClock: func(time.Time) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv = endpoint.New(endpoint.Config{Version: "test", Auth: endpoint.NewAuth(testToken), Streams: streams,
+		Procs: procs, PTYs: ptys, Watches: watches, Kernels: kernels, Resume: resumer, Defaults: defaults,
+		SetClock: func(time.Time) error { return nil }})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
 		hs.Close()
+		kernels.Close()
+		ptys.Close()
+		watches.Close()
 		procs.Close()
 		streams.Close()
 	})
-	return &agent{srv: srv, http: hs, streams: streams, url: "ws" + strings.TrimPrefix(hs.URL, "http")}
+	return &agent{srv: srv, http: hs, streams: streams, kernels: kernels, resume: resumer, url: "ws" + strings.TrimPrefix(hs.URL, "http")}
 }
+
+// cutter lets the resume manager reach a server built after it.
+type cutter struct{ srv **endpoint.Server }
+
+func (c cutter) CutForResume(ctx context.Context, gen uint64) { (*c.srv).CutForResume(ctx, gen) }
 
 // dial connects a client with the test token; Close runs at cleanup.
 func (a *agent) dial(t testing.TB, opts client.Options) *client.Client {
@@ -251,6 +280,16 @@ func (p *tcpProxy) cut() {
 		c.Close()
 	}
 	p.conns = nil
+}
+
+// cutAndWait cuts the proxy's connections and waits until the client
+// reconnected (n counts its OnReconnect calls): a second cut while the
+// client is still reconnecting would find nothing to cut.
+func (p *tcpProxy) cutAndWait(t testing.TB, n *atomic.Int32) {
+	t.Helper()
+	before := n.Load()
+	p.cut()
+	eventually(t, "the client reconnected", func() bool { return n.Load() > before })
 }
 
 // TestMain fails the run if a client goroutine outlives the tests.

@@ -99,7 +99,7 @@ func GetHealth(ctx context.Context, url string, httpClient *http.Client) (Health
 }
 
 func (c *Client) getJSON(ctx context.Context, path string, v any) error {
-	return getJSON(ctx, c.opts.HTTPClient, c.httpBase+path, c.opts.Token, v)
+	return getJSON(ctx, c.opts.HTTPClient, c.httpBase+path, c.accessToken(), v)
 }
 
 func getJSON(ctx context.Context, hc *http.Client, url, token string, v any) error {
@@ -122,20 +122,26 @@ func getJSON(ctx context.Context, hc *http.Client, url, token string, v any) err
 	if err != nil {
 		return fmt.Errorf("client: GET %s: %w", url, err)
 	}
-	if resp.StatusCode == http.StatusUnauthorized {
-		return fmt.Errorf("%w: GET %s", ErrUnauthorized, url)
+	return decodeAnswer("GET "+url, resp.StatusCode, body, v)
+}
+
+// decodeAnswer decodes an HTTP answer of the agent into v, or its error
+// body into an error.
+func decodeAnswer(what string, status int, body []byte, v any) error {
+	if status == http.StatusUnauthorized {
+		return fmt.Errorf("%w: %s", ErrUnauthorized, what)
 	}
-	if resp.StatusCode != http.StatusOK {
+	if status != http.StatusOK {
 		var e struct {
 			Error *Error `json:"error"`
 		}
 		if json.Unmarshal(body, &e) == nil && e.Error != nil {
-			return fmt.Errorf("client: GET %s: HTTP %d: %w", url, resp.StatusCode, e.Error)
+			return fmt.Errorf("client: %s: HTTP %d: %w", what, status, e.Error)
 		}
-		return fmt.Errorf("client: GET %s: HTTP %d", url, resp.StatusCode)
+		return fmt.Errorf("client: %s: HTTP %d", what, status)
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("client: GET %s: %w", url, err)
+		return fmt.Errorf("client: %s: %w", what, err)
 	}
 	return nil
 }

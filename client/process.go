@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sync"
@@ -96,32 +95,11 @@ func (c *Client) Exec(ctx context.Context, o ExecOptions) (*Process, error) {
 		ms := ceilMs(max(*o.Grace, 0))
 		p.GraceMs = &ms
 	}
-	outs := outputs{wire.ChanStdout: o.OnStdout, wire.ChanStderr: o.OnStderr}
-	var proc *Process
-	_, err := c.call(ctx, "exec", p, callOpts{onResult: func(cn *conn, res json.RawMessage, abandoned bool) error {
-		if res == nil {
-			return nil
-		}
-		var r struct {
-			Stream uint64 `json:"stream"`
-			Pid    int    `json:"pid"`
-		}
-		if err := json.Unmarshal(res, &r); err != nil || r.Stream == 0 {
-			return protocolErrorf("exec result %s", res)
-		}
-		if abandoned {
-			c.send.control("detach", r.Stream) // let the agent's grace run
-			return nil
-		}
-		h := newHandle(c, cn, r.Stream, KindProcess, defaultWindow, nil, outs)
-		c.addHandle(h)
-		proc = &Process{h: h, pid: r.Pid}
-		return nil
-	}})
+	h, r, err := c.create(ctx, "exec", p, KindProcess, outputs{wire.ChanStdout: o.OnStdout, wire.ChanStderr: o.OnStderr})
 	if err != nil {
-		return nil, fmt.Errorf("client: exec: %w", err)
+		return nil, err
 	}
-	return proc, nil
+	return &Process{h: h, pid: r.Pid}, nil
 }
 
 // Stream is the agent's id of the process's stream.
@@ -172,14 +150,19 @@ func (p *Process) Signal(ctx context.Context, sig Signal) error {
 type signalParams struct {
 	Stream uint64 `json:"stream"`
 	Signal Signal `json:"signal"`
+	Group  *bool  `json:"group,omitempty"` // nil: the process group
 }
 
 // Wait blocks until the process ended and all its output has arrived
 // (buffered for the readers, or handed to the callbacks, which have
 // returned). Output nobody reads can hold the process back: read Stdout
 // and Stderr, or set the callbacks.
-func (p *Process) Wait(ctx context.Context) (ExitStatus, error) {
-	end, err := p.h.wait(ctx)
+func (p *Process) Wait(ctx context.Context) (ExitStatus, error) { return p.h.waitExit(ctx) }
+
+// waitExit waits for the end of a process or terminal and reads its exit
+// status.
+func (h *handle) waitExit(ctx context.Context) (ExitStatus, error) {
+	end, err := h.wait(ctx)
 	if err != nil {
 		return ExitStatus{}, err
 	}
@@ -189,7 +172,7 @@ func (p *Process) Wait(ctx context.Context) (ExitStatus, error) {
 	case ReasonError:
 		return ExitStatus{}, fmt.Errorf("%w: %s", ErrStreamFailed, end.Message)
 	}
-	return ExitStatus{}, fmt.Errorf("%w: stream %d ended with reason %q", ErrStreamFailed, p.h.id, end.Reason)
+	return ExitStatus{}, fmt.Errorf("%w: stream %d ended with reason %q", ErrStreamFailed, h.id, end.Reason)
 }
 
 // Done is closed when the handle finished: the end arrived, or it failed.

@@ -70,9 +70,7 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 
 	ctx := context.Background()
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	c, err := client.Dial(dctx, *url, client.Options{Token: os.Getenv("RAYITO_ACCESS_TOKEN")})
-	cancel()
+	c, err := dialAgent(*url)
 	if err != nil {
 		return fail(err)
 	}

@@ -24,8 +24,16 @@ func main() {
 		code = serve(args)
 	case "exec":
 		code = execCmd(args)
+	case "pty":
+		code = ptyCmd(args)
+	case "watch":
+		code = watchCmd(args)
+	case "run-code":
+		code = runCodeCmd(args)
 	case "health":
 		code = healthCmd(args)
+	case "resume":
+		code = resumeCmd(args)
 	case "version":
 		fmt.Println(version)
 	case "help":
@@ -42,7 +50,11 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   rayito-agent [serve] [flags]     run the agent (see rayito-agent serve -h)
   rayito-agent exec [flags] -- CMD...   run a command, stream its output, exit with its code
+  rayito-agent pty [--user U] [--cwd D] [-- CMD...]   an interactive terminal (default: the login shell)
+  rayito-agent watch [flags] PATH [-r]  print a directory's changes as JSON lines until interrupted
+  rayito-agent run-code [--kernel ID] [--timeout D] CODE   run Python on a kernel (CODE - reads stdin)
   rayito-agent health [flags]      print the agent's /health
+  rayito-agent resume [--id ID] [--time-now]   tell the agent its VM was resumed, print its answer
   rayito-agent version             print the version
 Client commands take --url (default ws://127.0.0.1:49983) and read the token from RAYITO_ACCESS_TOKEN.
 `)

@@ -1,0 +1,136 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// ResumeOptions is the body of POST /v1/resume; both are optional.
+type ResumeOptions struct {
+	// ResumeID makes retries of one resume idempotent: a repeated id gets
+	// the first answer again.
+	ResumeID string
+	// TimeUnixNs is the wall clock the agent sets first; 0: leave it.
+	TimeUnixNs int64
+}
+
+// InitOptions is the body of POST /v1/init; zero fields are left out.
+type InitOptions struct {
+	// AccessToken replaces the agent's token for every later request (a
+	// Client that sends it uses the new token from then on).
+	AccessToken string
+	Env         map[string]string
+	DefaultUser string
+	DefaultCwd  string
+	TimeUnixNs  int64
+	// MaxIdleSeconds sets the idle policy (at least 60).
+	MaxIdleSeconds int
+}
+
+// Host makes the host's calls (init, resume, health) over plain HTTP,
+// without a websocket: what a control plane needs.
+type Host struct {
+	URL        string // as for Dial
+	Token      string
+	HTTPClient *http.Client // nil: http.DefaultClient
+}
+
+// Resume tells the agent the VM was just resumed. It answers, like
+// Health, once the resume sequence is done: every websocket opened before
+// it was closed with 4000 (a Client reconnects and reattaches its
+// handles on its own).
+func (h Host) Resume(ctx context.Context, o ResumeOptions) (Health, error) {
+	body := struct {
+		ResumeID   string `json:"resume_id,omitempty"`
+		TimeUnixNs int64  `json:"time_unix_ns,omitempty"`
+	}{o.ResumeID, o.TimeUnixNs}
+	var out Health
+	return out, h.post(ctx, "/v1/resume", body, &out)
+}
+
+// Init configures the agent (section 9 of the protocol).
+func (h Host) Init(ctx context.Context, o InitOptions) (Health, error) {
+	type idlePolicy struct {
+		MaxIdleSeconds int `json:"max_idle_seconds"`
+	}
+	body := struct {
+		AccessToken string            `json:"access_token,omitempty"`
+		Env         map[string]string `json:"env,omitempty"`
+		DefaultUser string            `json:"default_user,omitempty"`
+		DefaultCwd  string            `json:"default_cwd,omitempty"`
+		TimeUnixNs  int64             `json:"time_unix_ns,omitempty"`
+		IdlePolicy  *idlePolicy       `json:"idle_policy,omitempty"`
+	}{AccessToken: o.AccessToken, Env: o.Env, DefaultUser: o.DefaultUser, DefaultCwd: o.DefaultCwd, TimeUnixNs: o.TimeUnixNs}
+	if o.MaxIdleSeconds != 0 {
+		body.IdlePolicy = &idlePolicy{o.MaxIdleSeconds}
+	}
+	var out Health
+	return out, h.post(ctx, "/v1/init", body, &out)
+}
+
+// Health reads the agent's /health.
+func (h Host) Health(ctx context.Context) (Health, error) {
+	return GetHealth(ctx, h.URL, h.HTTPClient)
+}
+
+func (h Host) post(ctx context.Context, path string, body, out any) error {
+	base, _, err := endpointURLs(h.URL)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if h.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+h.Token)
+	}
+	hc := h.HTTPClient
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("client: POST %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("client: POST %s: %w", path, err)
+	}
+	return decodeAnswer("POST "+path, resp.StatusCode, data, out)
+}
+
+// accessToken is the token every dial and HTTP call sends.
+func (c *Client) accessToken() string { return *c.token.Load() }
+
+// host is the Client's Host: same address, token and HTTP client.
+func (c *Client) host() Host {
+	return Host{URL: c.httpBase, Token: c.accessToken(), HTTPClient: c.opts.HTTPClient}
+}
+
+// Resume is Host.Resume with the client's address and token. The client's
+// own connection is among those closed: its handles reattach.
+func (c *Client) Resume(ctx context.Context, o ResumeOptions) (Health, error) {
+	return c.host().Resume(ctx, o)
+}
+
+// Init is Host.Init with the client's address and token; a new
+// AccessToken becomes the client's token for later reconnects and calls.
+func (c *Client) Init(ctx context.Context, o InitOptions) (Health, error) {
+	h, err := c.host().Init(ctx, o)
+	if err == nil && o.AccessToken != "" {
+		tok := o.AccessToken
+		c.token.Store(&tok)
+	}
+	return h, err
+}
