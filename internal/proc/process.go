@@ -46,7 +46,7 @@ func (p *process) run(status <-chan Status, outs []*os.File, timeout time.Durati
 	defer p.m.forget(p)
 	logs := p.s.Logs()
 	var readers sync.WaitGroup
-	var writing atomic.Int32 // readers blocked on a full log, not on the pipe
+	var writing atomic.Int32   // readers blocked on a full log, not on the pipe
 	var progress atomic.Uint64 // bytes read, so output resets the drain clock
 	for i, f := range outs {
 		readers.Add(1)
