@@ -90,7 +90,7 @@ type Manager struct {
 	last        *LastResume
 	lastAt      time.Time
 	reported    map[Source]bool // sources that reported the current resume
-	deadBefore  map[string]bool // kernels already dead at the last resume
+	goneBefore  map[string]bool // kernels already lost or dead at the last resume
 	saveMu      sync.Mutex
 	answers     map[string]State
 	answerOrder []string
@@ -183,24 +183,22 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	if r.TimeUnixNs > 0 {
 		m.setClock(r.TimeUnixNs)
 	}
-	// A kernel counts as lost if it did not answer, or if it died since
-	// the last resume: either way its variables are gone.
+	// A kernel counts as lost if it stopped answering or died since the
+	// last resume: either way its variables are gone. One already reported
+	// lost or dead then is not reported again.
 	lost := false
-	dead := map[string]bool{}
+	gone := map[string]bool{}
 	if m.o.Kernels != nil {
 		cctx, cancel := context.WithTimeout(ctx, KernelCheckBound)
 		for _, k := range m.o.Kernels.Check(cctx) {
-			switch k.State {
-			case "lost":
-				lost = true
-			case "dead":
-				dead[k.Kernel] = true
-				lost = lost || !m.deadBefore[k.Kernel]
+			if k.State == "lost" || k.State == "dead" {
+				gone[k.Kernel] = true
+				lost = lost || !m.goneBefore[k.Kernel]
 			}
 		}
 		cancel()
 	}
-	m.deadBefore = dead
+	m.goneBefore = gone
 	m.mu.Lock()
 	m.gen++
 	gen := m.gen

@@ -248,3 +248,17 @@ func TestKernelThatDiedSinceLastResumeCountsAsLost(t *testing.T) {
 		t.Fatalf("a kernel dead before the previous resume is reported lost again: %+v", s)
 	}
 }
+
+func TestKernelLostThenDeadIsReportedOnce(t *testing.T) {
+	k := &kernelTable{states: map[string]string{"k1": "lost"}}
+	m, _ := New(Options{Kernels: k})
+	if s := m.Resume(context.Background(), Report{Source: SourceHost}); !s.KernelStateLost {
+		t.Fatalf("lost kernel not reported: %+v", s)
+	}
+	k.mu.Lock()
+	k.states["k1"] = "dead" // the frozen kernel's death was noticed later
+	k.mu.Unlock()
+	if s := m.Resume(context.Background(), Report{Source: SourceHost}); s.KernelStateLost {
+		t.Fatalf("a kernel reported lost at the previous resume is reported again: %+v", s)
+	}
+}
