@@ -21,8 +21,9 @@ import (
 
 const (
 	// startTimeout bounds a kernel start when the caller's context does
-	// not; IPython imports take seconds on a loaded two-core VM.
-	startTimeout = 60 * time.Second
+	// not; IPython imports take seconds on a loaded two-core VM, and up
+	// to a minute under software emulation (TCG) on a busy host.
+	startTimeout = 2 * time.Minute
 	// nudgeEvery paces the kernel_info requests sent while waiting for the
 	// first iopub message, which proves our subscription is live.
 	nudgeEvery = 100 * time.Millisecond

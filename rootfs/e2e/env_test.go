@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,8 +16,19 @@ import (
 const (
 	bootTimeout    = 4 * time.Minute
 	restoreTimeout = 2 * time.Minute
-	opTimeout      = 30 * time.Second
+	opTimeout      = 45 * time.Second
 )
+
+// image is the token-provisioned copy of the built image, shared by every
+// test of this binary and removed by TestMain.
+var image tokenImage
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	image.cleanup()
+	timings.writeIfAsked()
+	os.Exit(code)
+}
 
 // buildDir finds the image artifacts: RAYITO_BUILD_DIR, else build/ at the
 // module root.
@@ -40,9 +52,16 @@ func buildDir(t *testing.T) string {
 	}
 }
 
-// vmConfig returns the Config for the built image, or skips the test if
-// there is none (fails instead with RAYITO_E2E=1).
-func vmConfig(t *testing.T) vm.Config {
+// testVM is what a test needs to boot the image and talk to its agent.
+type testVM struct {
+	cfg   vm.Config
+	token string
+}
+
+// vmConfig returns the Config for the built image (provisioned with an
+// access token), or skips the test if there is none (fails instead with
+// RAYITO_E2E=1).
+func vmConfig(t *testing.T) testVM {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end VM test (-short)")
@@ -56,13 +75,22 @@ func vmConfig(t *testing.T) vm.Config {
 			t.Skipf("no VM image (make image, or RAYITO_E2E=1 to require it): %v", err)
 		}
 	}
+	started := time.Now()
+	img, token, err := image.prepare(cfg.Image)
+	if err != nil {
+		t.Fatalf("provision the image with a token: %v", err)
+	}
+	if took := time.Since(started); took > 10*time.Millisecond {
+		t.Logf("timing: image copied and provisioned with a token in %s", took.Round(time.Millisecond))
+	}
+	cfg.Image = img
 	cfg.Log = zaptest.NewLogger(t)
-	return cfg
+	return testVM{cfg: cfg, token: token}
 }
 
 // bootHealthy boots a VM, waits for the agent and closes the VM when the
 // test ends. On failure the console log is in the error.
-func bootHealthy(t *testing.T, cfg vm.Config) (*vm.VM, time.Duration) {
+func bootHealthy(t *testing.T, cfg vm.Config) *vm.VM {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
@@ -72,12 +100,27 @@ func bootHealthy(t *testing.T, cfg vm.Config) (*vm.VM, time.Duration) {
 		t.Fatalf("boot: %v", err)
 	}
 	t.Cleanup(func() { v.Close() })
+	logConsoleOnFailure(t, v)
 	if err := v.WaitHealthy(ctx); err != nil {
 		t.Fatalf("boot: %v", err)
 	}
 	took := time.Since(started)
-	t.Logf("timing: boot to healthy %s (%s, %d MiB)", took.Round(time.Millisecond), v.Accel(), memOf(cfg))
-	return v, took
+	timings.add(t, fmt.Sprintf("boot to /health 200 (%s, %s, %d MiB, %d vCPU)", initName(cfg.Init), v.Accel(), memOf(cfg), cpusOf(cfg)), took)
+	return v
+}
+
+func initName(init string) string {
+	if init == vm.InitSystemd {
+		return "systemd"
+	}
+	return "rayito-init"
+}
+
+func cpusOf(cfg vm.Config) int {
+	if cfg.CPUs == 0 {
+		return vm.DefaultCPUs
+	}
+	return cfg.CPUs
 }
 
 func memOf(cfg vm.Config) int {
@@ -88,10 +131,11 @@ func memOf(cfg vm.Config) int {
 }
 
 // logConsoleOnFailure prints the end of the guest console if the test
-// failed, which is where the init and the agent log.
+// failed (or RAYITO_E2E_CONSOLE=1), which is where the init and the agent
+// log.
 func logConsoleOnFailure(t *testing.T, v *vm.VM) {
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("RAYITO_E2E_CONSOLE") == "1" {
 			t.Logf("console of %s:\n%s", v.Dir(), v.SerialTail())
 		}
 	})

@@ -1,17 +1,19 @@
 package e2e
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rayito/rayito-agent/client"
 	"github.com/rayito/rayito-agent/rootfs/vm"
 )
 
 // TestInitIntegrations boots each init integration and checks that the
-// agent answers, comes back after it dies, and that the guest shuts down
-// cleanly on ctrl-alt-del.
+// agent gets its token from the environment file, comes back (with it)
+// after it dies, and that the guest shuts down cleanly on ctrl-alt-del.
 func TestInitIntegrations(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -24,20 +26,28 @@ func TestInitIntegrations(t *testing.T) {
 		{"systemd", vm.InitSystemd, "reboot: Restarting system"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := vmConfig(t)
-			cfg.Init = tc.init
-			v, _ := bootHealthy(t, cfg)
-			logConsoleOnFailure(t, v)
+			tv := vmConfig(t)
+			tv.cfg.Init = tc.init
+			v := bootHealthy(t, tv.cfg)
 			ctx := opContext(t)
-			before, err := getHealth(ctx, v.AgentURL())
+			if bad, err := client.Dial(ctx, v.AgentURL(), client.Options{Token: "not-" + tv.token}); !errors.Is(err, client.ErrUnauthorized) {
+				t.Errorf("dial with a wrong token: %v, want ErrUnauthorized", err)
+				if err == nil {
+					bad.Close()
+				}
+			}
+			c := dial(t, ctx, v.AgentURL(), tv.token, client.Options{DisableReconnect: true})
+			g := guest{c}
+			pid, err := g.agentPid(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ops := opsFor(t, v.AgentURL(), before)
-			if err := ops.KillAgent(ctx); err != nil {
+			killed := time.Now()
+			if err := g.killAgent(ctx); err != nil {
 				t.Fatalf("kill the agent: %v", err)
 			}
-			waitRestarted(t, v.AgentURL(), before)
+			c.Close()
+			waitRestarted(t, v.AgentURL(), tv.token, pid, killed, tc.name)
 
 			sctx := opContext(t)
 			if err := v.Shutdown(sctx); err != nil {
@@ -50,22 +60,34 @@ func TestInitIntegrations(t *testing.T) {
 	}
 }
 
-// waitRestarted waits until /health answers from another agent instance.
-func waitRestarted(t *testing.T, base string, before health) {
+// waitRestarted waits until another agent process answers a command with
+// the same token.
+func waitRestarted(t *testing.T, url, token string, oldPid int, killed time.Time, init string) {
 	t.Helper()
 	ctx := opContext(t)
-	started := time.Now()
+	var last error
 	for {
-		h, err := getHealth(ctx, base)
-		if err == nil && h.Instance != before.Instance {
-			t.Logf("timing: agent answered again %s after it died", time.Since(started).Round(time.Millisecond))
-			return
+		h, err := client.GetHealth(ctx, url, nil)
+		if err == nil && h.UptimeMs < time.Since(killed).Milliseconds() {
+			break
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("agent not back within %s: last health %+v, %v", opTimeout, h, err)
+		last = err
+		select {
+		case <-ctx.Done():
+			t.Fatalf("agent not back within %s: last health %+v, %v", opTimeout, h, last)
+		case <-time.After(50 * time.Millisecond):
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
+	timings.add(t, "agent killed to /health 200 again ("+init+")", time.Since(killed))
+	c := dial(t, ctx, url, token, client.Options{})
+	pid, err := guest{c}.agentPid(ctx)
+	if err != nil {
+		t.Fatalf("the restarted agent refuses the token or the command: %v", err)
+	}
+	if pid == oldPid {
+		t.Errorf("agent pid still %d after it was killed", pid)
+	}
+	c.Close()
 }
 
 func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }

@@ -1,0 +1,267 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/rayito/rayito-agent/client"
+)
+
+// cellOK is the status of a cell that ran to its end (protocol section 5).
+const cellOK = "ok"
+
+// stopFile ends every producer: each checks for it between two items.
+const stopFile = "/tmp/e2e-stop"
+
+// tickerPy prints "NAME N PID" every INTERVAL seconds until STOP exists,
+// then "done COUNT PID".
+const tickerPy = `import os, sys, time
+name, stop, every = sys.argv[1], sys.argv[2], float(sys.argv[3])
+i = 0
+while not os.path.exists(stop):
+    print(f"{name} {i} {os.getpid()}", flush=True)
+    i += 1
+    time.sleep(every)
+print(f"done {i} {os.getpid()}", flush=True)
+`
+
+// writerPy creates ROOT/d<i%3>/sub/f<i> every 50 ms until STOP exists,
+// then prints "done COUNT PID".
+const writerPy = `import os, sys, time
+root, stop = sys.argv[1], sys.argv[2]
+i = 0
+while not os.path.exists(stop):
+    open(os.path.join(root, f"d{i % 3}", "sub", f"f{i}"), "x").close()
+    i += 1
+    time.sleep(0.05)
+print(f"done {i} {os.getpid()}", flush=True)
+`
+
+// cellPy is the slow cell: it prints a line every 100 ms until the stop
+// file exists; the pid is the kernel's.
+const cellPy = `import os, time
+i = 0
+while not os.path.exists(` + "'" + stopFile + "'" + `):
+    print(f"cell {i} {os.getpid()}", flush=True)
+    i += 1
+    time.sleep(0.1)
+print(f"done {i} {os.getpid()}", flush=True)
+`
+
+// producer is one stream kept open across snapshots: what it received so
+// far, and how to check its end.
+type producer struct {
+	name   string
+	kind   client.Kind
+	stream uint64
+	pid    int // the producing process in the guest; 0 if none of its own
+	seq    *sequence
+	// finish waits until the stream ended after the stop file appeared
+	// and reports anything wrong with how it ended.
+	finish func(ctx context.Context) error
+}
+
+// readInto feeds r to seq until EOF; anything else is a problem (a gap
+// means lost output).
+func readInto(r io.Reader, seq *sequence, done chan<- struct{}) {
+	defer close(done)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		seq.feed(string(buf[:n]))
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			seq.fail("read: %v", err)
+			var gap *client.GapError
+			if errors.As(err, &gap) {
+				continue
+			}
+			return
+		}
+	}
+}
+
+// startTicker runs the ticker as a background command (exec).
+func startTicker(ctx context.Context, c *client.Client) (*producer, error) {
+	p, err := c.Exec(ctx, client.ExecOptions{
+		Argv: []string{"python3", "-u", "-c", tickerPy, "tick", stopFile, "0.01"},
+		Tag:  "e2e-ticker",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ticker: %w", err)
+	}
+	seq := newSequence("tick", p.Pid())
+	read := make(chan struct{})
+	go readInto(p.Stdout(), seq, read)
+	var stderr strings.Builder
+	errRead := make(chan struct{})
+	go func() {
+		defer close(errRead)
+		_, _ = io.Copy(&stderr, p.Stderr())
+	}()
+	return &producer{name: "exec", kind: client.KindProcess, stream: p.Stream(), pid: p.Pid(), seq: seq,
+		finish: func(ctx context.Context) error {
+			st, err := p.Wait(ctx)
+			<-read
+			<-errRead
+			if err == nil && (st.ExitCode() != 0 || stderr.Len() > 0) {
+				err = fmt.Errorf("ticker ended %s: %s", st, stderr.String())
+			}
+			if gaps := p.Gaps(); len(gaps) > 0 {
+				err = errors.Join(err, fmt.Errorf("ticker output had gaps %v", gaps))
+			}
+			return err
+		}}, nil
+}
+
+// startPTYTicker runs the ticker in a terminal.
+func startPTYTicker(ctx context.Context, c *client.Client) (*producer, error) {
+	p, err := c.PTY(ctx, client.PTYOptions{
+		Argv: []string{"python3", "-u", "-c", tickerPy, "pty", stopFile, "0.05"},
+		Cols: 120, Rows: 40, Tag: "e2e-pty",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pty: %w", err)
+	}
+	seq := newSequence("pty", p.Pid())
+	read := make(chan struct{})
+	go readInto(p.Output(), seq, read)
+	return &producer{name: "pty", kind: client.KindPTY, stream: p.Stream(), pid: p.Pid(), seq: seq,
+		finish: func(ctx context.Context) error {
+			st, err := p.Wait(ctx)
+			<-read
+			if err == nil && st.ExitCode() != 0 {
+				err = fmt.Errorf("pty program ended %s", st)
+			}
+			if gaps := p.Gaps(); len(gaps) > 0 {
+				err = errors.Join(err, fmt.Errorf("terminal output had gaps %v", gaps))
+			}
+			return err
+		}}, nil
+}
+
+// startWatch watches root recursively while a command creates files in
+// its subdirectories; every file must be reported created exactly once,
+// and the events' seqs must have no holes.
+func startWatch(ctx context.Context, c *client.Client, g guest, root string) (*producer, error) {
+	if _, err := g.sh(ctx, `rm -rf "$1" && mkdir -p "$1/d0/sub" "$1/d1/sub" "$1/d2/sub"`, root); err != nil {
+		return nil, err
+	}
+	w, err := c.Watch(ctx, root, true)
+	if err != nil {
+		return nil, fmt.Errorf("watch: %w", err)
+	}
+	writer, err := c.Exec(ctx, client.ExecOptions{Argv: []string{"python3", "-u", "-c", writerPy, root, stopFile}, Tag: "e2e-writer"})
+	if err != nil {
+		return nil, fmt.Errorf("watch writer: %w", err)
+	}
+	// Files carry no pid: the writer's own exit checks it is the same one.
+	seq := newSequence("watch", writer.Pid())
+	events := make(chan struct{})
+	var evErr error
+	go func() {
+		defer close(events)
+		var last uint64
+		for {
+			ev, err := w.Next(context.Background())
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			if err != nil {
+				seq.fail("watch: %v", err)
+				var gap *client.GapError
+				if errors.As(err, &gap) {
+					continue
+				}
+				evErr = err
+				return
+			}
+			if ev.Seq != last+1 {
+				seq.fail("event seq %d after %d", ev.Seq, last)
+			}
+			last = ev.Seq
+			switch {
+			case ev.Op == "overflow":
+				seq.fail("overflow event %+v", ev)
+			case ev.Op == "create" && !ev.Dir:
+				n, err := strconv.Atoi(strings.TrimPrefix(path.Base(ev.Path), "f"))
+				if err != nil || path.Dir(path.Dir(ev.Path)) != path.Join(root, "d"+strconv.Itoa(n%3)) {
+					seq.fail("unexpected create %+v", ev)
+					continue
+				}
+				seq.got(n, 0)
+			}
+		}
+	}()
+	var out []byte
+	var outErr error
+	outRead := make(chan struct{})
+	go func() {
+		defer close(outRead)
+		out, outErr = io.ReadAll(writer.Stdout())
+		_, _ = io.Copy(io.Discard, writer.Stderr())
+	}()
+	return &producer{name: "watch", kind: client.KindWatch, stream: w.Stream(), pid: writer.Pid(), seq: seq,
+		finish: func(ctx context.Context) error {
+			st, err := writer.Wait(ctx)
+			<-outRead
+			if err = errors.Join(err, outErr); err != nil {
+				return fmt.Errorf("watch writer: %w", err)
+			}
+			var total, pid int
+			if _, err := fmt.Sscanf(string(out), "done %d %d\n", &total, &pid); err != nil || st.ExitCode() != 0 || pid != writer.Pid() {
+				return fmt.Errorf("watch writer ended %s with %q (pid %d)", st, out, writer.Pid())
+			}
+			seq.finish(total)
+			if err := seq.waitComplete(ctx); err != nil {
+				return err
+			}
+			cerr := w.Close(ctx)
+			<-events
+			if e := w.End(); cerr == nil && (e == nil || e.Reason != client.ReasonClosed) {
+				cerr = fmt.Errorf("watch end %+v, want reason closed", e)
+			}
+			return errors.Join(cerr, evErr)
+		}}, nil
+}
+
+// startCell runs the slow cell on kernel k.
+func startCell(ctx context.Context, k *client.Kernel, kernelPid int) (*producer, error) {
+	seq := newSequence("cell", kernelPid)
+	cell, err := k.Run(ctx, cellPy, client.ExecuteOptions{OnStdout: seq.feed, OnStderr: func(s string) { seq.fail("stderr %q", s) }})
+	if err != nil {
+		return nil, fmt.Errorf("cell: %w", err)
+	}
+	type result struct {
+		ex  *client.Execution
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ex, err := cell.Wait(context.Background())
+		done <- result{ex, err}
+	}()
+	return &producer{name: "cell", kind: client.KindCell, stream: cell.Stream(), seq: seq,
+		finish: func(ctx context.Context) error {
+			var r result
+			select {
+			case r = <-done:
+			case <-ctx.Done():
+				return fmt.Errorf("cell did not end: %w", ctx.Err())
+			}
+			if r.err == nil && (r.ex.Status != cellOK || r.ex.Error != nil) {
+				r.err = fmt.Errorf("cell ended %s: %+v", r.ex.Status, r.ex.Error)
+			}
+			if gaps := cell.Gaps(); len(gaps) > 0 {
+				r.err = errors.Join(r.err, fmt.Errorf("cell events had gaps %v", gaps))
+			}
+			return r.err
+		}}, nil
+}
