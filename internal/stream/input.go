@@ -3,7 +3,11 @@ package stream
 import (
 	"errors"
 	"io"
+	"os"
 	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // DefaultInputQueue is how much input may wait for a producer that is not
@@ -20,7 +24,8 @@ var (
 // bound, and one goroutine owned by the Input copies them in order.
 type Input struct {
 	w       io.Writer
-	closeFn func() error // run after the queue drains on CloseInput; may be nil
+	try     syscall.RawConn // w's descriptor when it is non-blocking, else nil
+	closeFn func() error    // run after the queue drains on CloseInput; may be nil
 	max     int
 
 	mu      sync.Mutex
@@ -40,8 +45,30 @@ func NewInput(w io.Writer, closeFn func() error, max int) *Input {
 		max = DefaultInputQueue
 	}
 	in := &Input{w: w, closeFn: closeFn, max: max, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	in.try = nonBlocking(w)
 	go in.run()
 	return in
+}
+
+// nonBlocking returns the raw descriptor of w when w is a non-blocking
+// file (a pipe or pty master in Go's poller), for writes that try once.
+func nonBlocking(w io.Writer) syscall.RawConn {
+	f, ok := w.(*os.File)
+	if !ok {
+		return nil
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var flags int
+	if cerr := rc.Control(func(fd uintptr) { flags, err = unix.FcntlInt(fd, unix.F_GETFL, 0) }); cerr != nil || err != nil {
+		return nil
+	}
+	if flags&unix.O_NONBLOCK == 0 {
+		return nil
+	}
+	return rc
 }
 
 // Write queues a copy of p. It fails with ErrInputFull when the queue holds
@@ -54,6 +81,20 @@ func (in *Input) Write(p []byte) error {
 		return ErrInputClosed
 	case in.queued+len(p) > in.max:
 		return ErrInputFull
+	}
+	if len(in.queue) == 0 && in.try != nil {
+		// Nothing queued or in flight: write now, in the caller, which
+		// saves a keystroke the hand-off to the copying goroutine. What
+		// does not fit without blocking is queued as usual.
+		n, err := in.tryWrite(p)
+		if err != nil {
+			in.failed = err
+			in.signal()
+			return ErrInputClosed
+		}
+		if p = p[n:]; len(p) == 0 {
+			return nil
+		}
 	}
 	in.queue = append(in.queue, append([]byte(nil), p...))
 	in.queued += len(p)
@@ -84,6 +125,25 @@ func (in *Input) Stop() {
 	in.signal()
 	in.mu.Unlock()
 	<-in.done
+}
+
+// tryWrite writes what the descriptor takes without blocking.
+func (in *Input) tryWrite(p []byte) (int, error) {
+	var n int
+	var err error
+	cerr := in.try.Write(func(fd uintptr) bool {
+		n, err = unix.Write(int(fd), p)
+		return true // never wait: the copying goroutine does that
+	})
+	switch {
+	case cerr != nil:
+		return 0, cerr
+	case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	}
+	return n, nil
 }
 
 func (in *Input) signal() {
