@@ -100,7 +100,7 @@ func TestReconnectAfterCuts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &patternWriter{marks: []uint64{3 << 20, 11 << 20, 23 << 20}, at: func(uint64) { proxy.cut() }}
+	w := &patternWriter{marks: []uint64{3 << 20, 11 << 20, 23 << 20}, at: func(uint64) { proxy.cutAndWait(t, &reconnects) }}
 	var stderr []byte
 	var errErr error
 	var wg sync.WaitGroup
@@ -117,7 +117,9 @@ func TestReconnectAfterCuts(t *testing.T) {
 	if err != nil || st.ExitCode() != 0 || len(p.Gaps()) != 0 {
 		t.Fatalf("wait %s %v, gaps %v", code(st), err, p.Gaps())
 	}
-	eventually(t, "three reconnects", func() bool { return reconnects.Load() >= 3 })
+	if n := reconnects.Load(); n != 3 {
+		t.Fatalf("%d reconnects after 3 cuts", n)
+	}
 	// The client still works on its latest connection.
 	if r := run(t, c, client.ExecOptions{Argv: []string{"echo", "after"}}); string(r.stdout) != "after\n" {
 		t.Fatalf("exec after reconnecting: %q %v", r.stdout, r.err)
