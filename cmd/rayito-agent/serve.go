@@ -41,6 +41,7 @@ type config struct {
 	detectVMGenID bool
 	detectVMClock bool
 	detectClock   bool
+	kernelCheck   time.Duration
 }
 
 // envBool reads a boolean environment variable, or def.
@@ -72,6 +73,8 @@ func parseServe(args []string) (config, error) {
 	fs.StringVar(&c.logLevel, "log-level", envOr("RAYITO_LOG_LEVEL", "info"), "debug, info, warn or error (env RAYITO_LOG_LEVEL)")
 	fs.BoolVar(&c.detectVMGenID, "detect-vmgenid", envBool("RAYITO_DETECT_VMGENID", true), "detect resumes from VMGenID change uevents (env RAYITO_DETECT_VMGENID)")
 	fs.BoolVar(&c.detectVMClock, "detect-vmclock", envBool("RAYITO_DETECT_VMCLOCK", true), "detect resumes from /dev/vmclock0's generation counter (env RAYITO_DETECT_VMCLOCK)")
+	checkDefault := envOr("RAYITO_KERNEL_CHECK_TIMEOUT", resume.DefaultKernelCheck.String())
+	fs.StringVar(&checkDefault, "kernel-check-timeout", checkDefault, "how long a resume waits for a kernel to answer before reporting it lost; raise it under software emulation (env RAYITO_KERNEL_CHECK_TIMEOUT)")
 	fs.BoolVar(&c.detectClock, "detect-clock-jump", envBool("RAYITO_DETECT_CLOCK_JUMP", true), "detect resumes from a jump between the RTC and the system clock (env RAYITO_DETECT_CLOCK_JUMP)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -84,6 +87,11 @@ func parseServe(args []string) (config, error) {
 		return c, fmt.Errorf("--max-idle-seconds must be a whole number of at least %d, got %q", traffic.MinIdleSeconds, idleDefault)
 	}
 	c.maxIdle = n
+	d, err := time.ParseDuration(checkDefault)
+	if err != nil || d < 10*time.Millisecond || d > 5*time.Minute {
+		return c, fmt.Errorf("--kernel-check-timeout must be a duration from 10ms to 5m, such as 1s or 8s, got %q", checkDefault)
+	}
+	c.kernelCheck = d
 	if c.tokenFile != "" {
 		b, err := os.ReadFile(c.tokenFile)
 		if err != nil {
@@ -182,7 +190,7 @@ func run(cfg config, log *zap.Logger) error {
 	sessions := sessionsFunc(func(ctx context.Context, gen uint64) { srv.CutForResume(ctx, gen) })
 	resumer, err = resume.New(resume.Options{
 		StateDir: cfg.stateDir, Sessions: sessions, SetClock: setClock, Kernels: kernelHealth{kernels},
-		OnResume: counter.Touch, Logger: log.Named("resume"),
+		OnResume: counter.Touch, KernelCheck: cfg.kernelCheck, Logger: log.Named("resume"),
 	})
 	if err != nil {
 		return fmt.Errorf("state dir: %w", err)

@@ -11,10 +11,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// checkBound is how long Check waits for a kernel that does not answer.
-// A live kernel answers in milliseconds; its heartbeat and control channel
-// run on their own threads, so even a busy cell does not delay them. Right
-// after a restore under software emulation it takes seconds.
+// checkBound is how long Check waits for a kernel that does not answer
+// when the caller's context sets no deadline, and how long a kernel marked
+// lost gets to answer again before a cell is refused or the default kernel
+// replaced. A live kernel answers in milliseconds; its heartbeat and
+// control channel run on their own threads, so even a busy cell does not
+// delay them. Right after a restore under software emulation it takes
+// seconds.
 const checkBound = 5 * time.Second
 
 // CheckResult lists kernel ids by what the survival check found.
@@ -34,12 +37,15 @@ const (
 )
 
 // Check probes every kernel at once (process alive, heartbeat echo,
-// kernel_info_request on control) and returns within about checkBound,
-// or sooner if ctx ends. Kernels that fail are marked lost, and kernels
-// that pass are no longer lost.
+// kernel_info_request on control) and returns when ctx ends, or within
+// checkBound if ctx has no deadline. Kernels that fail are marked lost,
+// and kernels that pass are no longer lost.
 func (m *Manager) Check(ctx context.Context) CheckResult {
-	ctx, cancel := context.WithTimeout(ctx, checkBound)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, checkBound)
+		defer cancel()
+	}
 	ks := m.all()
 	verdicts := make([]verdict, len(ks))
 	var wg sync.WaitGroup
@@ -91,6 +97,26 @@ func (k *Kernel) check(ctx context.Context) verdict {
 		return verdictLost
 	}
 	return verdictAlive
+}
+
+// recheck gives a kernel marked lost one more chance, for up to
+// checkBound, before a cell is refused or the default kernel is replaced:
+// a kernel that was only slow to answer a resume's short check keeps its
+// state and its cells. It returns whether the kernel is still lost.
+func (k *Kernel) recheck(ctx context.Context) bool {
+	k.mu.Lock()
+	lost := k.lost && k.died == "" && !k.shut
+	k.mu.Unlock()
+	if !lost {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, checkBound)
+	defer cancel()
+	if k.check(ctx) != verdictAlive {
+		return true
+	}
+	k.log.Info("a kernel reported lost answered again; it keeps its state")
+	return false
 }
 
 // probe asks the process, the heartbeat and the control channel, all at

@@ -42,12 +42,16 @@ func TestCheckFindsStoppedKernel(t *testing.T) {
 	_, _, err := env.mgr.Execute(ctx, k.ID(), "1", 0, false)
 	wantCode(t, err, "conflict")
 
+	// Continued, it answers again: the next cell probes it once more and
+	// runs on it instead of being refused.
 	syscall.Kill(pid, syscall.SIGCONT)
+	_, end := run(t, k.ID(), "1 + 1")
+	wantStatus(t, end, StatusOK)
+	if st := k.Info().State; st == StateLost || st == StateDead {
+		t.Fatalf("state %s after a cell ran", st)
+	}
 	if res := env.mgr.Check(ctx); !slices.Contains(res.Alive, k.ID()) {
 		t.Fatalf("after SIGCONT: %+v", res)
-	}
-	if st := k.Info().State; st == StateLost || st == StateDead {
-		t.Fatalf("state %s after a passing check", st)
 	}
 
 	// Shutdown ends the kernel's streams with reason closed.
@@ -142,6 +146,43 @@ func TestKilledKernelIsDeadUntilRestarted(t *testing.T) {
 	wantStatus(t, end, StatusOK)
 	if res, _ := find(evs, "result"); res.text("text/plain") != "False" {
 		t.Fatalf("restarted kernel kept its state: %+v", evs)
+	}
+}
+
+// TestSlowDefaultKernelIsKept: a default kernel that missed a short
+// check (stopped here, slow after a restore in life) but answers the next
+// cell's probe keeps its variables; it is not replaced. Not parallel: it
+// stops the shared default kernel.
+func TestSlowDefaultKernelIsKept(t *testing.T) {
+	s, id := execute(t, "", "kept = 7", 0, false)
+	_, end := attach(t, s, 0).all()
+	wantStatus(t, end, StatusOK)
+	k, err := env.mgr.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := k.Info().Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	res := env.mgr.Check(ctx)
+	cancel()
+	syscall.Kill(pid, syscall.SIGCONT)
+	if !slices.Contains(res.Lost, id) {
+		t.Fatalf("check of a stopped kernel: %+v; want %s lost", res, id)
+	}
+	s, again := execute(t, "", "kept", 0, false)
+	evs, end := attach(t, s, 0).all()
+	wantStatus(t, end, StatusOK)
+	if again != id {
+		t.Fatalf("the cell ran on %s, not on the default kernel %s that answered again", again, id)
+	}
+	if res, _ := find(evs, "result"); res.text("text/plain") != "7" {
+		t.Fatalf("kept after the recheck: %+v", evs)
+	}
+	if st := k.Info().State; st == StateLost {
+		t.Fatal("still lost after answering")
 	}
 }
 

@@ -160,9 +160,9 @@ func idNumber(id string) int {
 
 // Execute queues code on a kernel and returns the cell's stream (kind
 // cell, one "events" channel) and the kernel's id. kernelID "" is the
-// default kernel, started on first use; if it died or was lost, a new one
-// is started and the cell's first event, on stderr, says so. timeout 0
-// means none.
+// default kernel, started on first use; if it died or was lost (and does
+// not answer when probed again), a new one is started and the cell's first
+// event, on stderr, says so. timeout 0 means none.
 func (m *Manager) Execute(ctx context.Context, kernelID, code string, timeout time.Duration, allowStdin bool) (*stream.Stream, string, error) {
 	if strings.TrimSpace(code) == "" {
 		return nil, "", wire.Errorf(wire.CodeBadRequest, "execute: code is empty")
@@ -177,6 +177,7 @@ func (m *Manager) Execute(ctx context.Context, kernelID, code string, timeout ti
 	if err != nil {
 		return nil, "", err
 	}
+	k.recheck(ctx)
 	s, err := k.enqueue(code, timeout, allowStdin, "")
 	return s, k.id, err
 }
@@ -189,6 +190,7 @@ func (m *Manager) executeDefault(ctx context.Context, code string, timeout time.
 	m.mu.Unlock()
 	var why string
 	if old != nil {
+		old.recheck(ctx)
 		s, err := old.enqueue(code, timeout, allowStdin, "")
 		if err == nil {
 			return s, old.id, nil

@@ -28,11 +28,12 @@ const (
 	// still belongs to it. A host's POST can come seconds after the guest
 	// noticed the restore itself under software emulation.
 	DedupWindow = 5 * time.Second
-	// KernelCheckBound bounds the kernel check. A live kernel answers in
-	// milliseconds under KVM, but a freshly restored guest under software
-	// emulation (TCG, whose translated code is not part of the snapshot)
-	// on a busy host takes seconds; only a hung kernel costs the bound.
-	KernelCheckBound = 6 * time.Second
+	// DefaultKernelCheck bounds the kernel check: a live kernel answers
+	// in milliseconds, so only a hung one costs the bound. Under software
+	// emulation (QEMU TCG, whose translated code is not part of the
+	// snapshot) a freshly restored kernel takes seconds: raise it there
+	// (Options.KernelCheck, --kernel-check-timeout).
+	DefaultKernelCheck = time.Second
 	// CutBound bounds how long the sequence waits for old connections to
 	// flush their end events before dropping them.
 	CutBound = 2 * time.Second
@@ -66,7 +67,9 @@ type Options struct {
 	SetClock func(t time.Time) error
 	// OnResume runs after each sequence (the idle clock resets there).
 	OnResume func()
-	Logger   *zap.Logger
+	// KernelCheck bounds the kernel check; 0 is DefaultKernelCheck.
+	KernelCheck time.Duration
+	Logger      *zap.Logger
 }
 
 // Report is one detector saying the VM was resumed.
@@ -104,6 +107,9 @@ func New(o Options) (*Manager, error) {
 	}
 	if o.SetClock == nil {
 		o.SetClock = SetRealtime
+	}
+	if o.KernelCheck <= 0 {
+		o.KernelCheck = DefaultKernelCheck
 	}
 	m := &Manager{o: o, log: o.Logger, reported: map[Source]bool{}, answers: map[string]State{}}
 	if o.StateDir == "" {
@@ -189,7 +195,7 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	lost := false
 	gone := map[string]bool{}
 	if m.o.Kernels != nil {
-		cctx, cancel := context.WithTimeout(ctx, KernelCheckBound)
+		cctx, cancel := context.WithTimeout(ctx, m.o.KernelCheck)
 		for _, k := range m.o.Kernels.Check(cctx) {
 			if k.State == "lost" || k.State == "dead" {
 				gone[k.Kernel] = true

@@ -8,9 +8,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// UeventListener reports the kernel's VMGenID change uevents. Linux 5.18+
-// emits a "change" uevent with NEW_VMGENID=1 on the vmgenid device when
-// the hypervisor changes the generation id, as a restore does.
+// UeventListener reports the kernel's VMGenID change uevents: a "change"
+// uevent with NEW_VMGENID=1 on the vmgenid device when the hypervisor
+// changes the generation id, as a restore does. Only kernels newer than
+// Debian 12's 6.1 send it (6.1 reseeds its RNG from vmgenid but sends no
+// uevent, as the VM tests saw): there the clock-jump detector and the
+// host's POST notice the restore.
 type UeventListener struct {
 	f      *os.File
 	report func()

@@ -26,8 +26,12 @@ type tokenImage struct {
 	err   error
 }
 
-// prepare copies src (sparse) and appends RAYITO_ACCESS_TOKEN to the copy's
-// environment file with debugfs, so both init integrations pass it on.
+// tcgKernelCheck is the agent's --kernel-check-timeout in the test VMs.
+const tcgKernelCheck = "10s"
+
+// prepare copies src (sparse) and appends RAYITO_ACCESS_TOKEN (and the
+// kernel check bound) to the copy's environment file with debugfs, so both
+// init integrations pass them on.
 func (ti *tokenImage) prepare(src string) (path, token string, err error) {
 	ti.once.Do(func() {
 		ti.err = ti.build(src)
@@ -56,7 +60,12 @@ func (ti *tokenImage) build(src string) error {
 	if err != nil {
 		return fmt.Errorf("the image has no %s: %w", guestEnvFile, err)
 	}
-	body := string(old) + "\n# Added by the end-to-end tests.\nRAYITO_ACCESS_TOKEN=" + ti.token + "\n"
+	// The VMs run under software emulation (TCG), where a kernel restored
+	// from a snapshot takes seconds to answer, not milliseconds as under
+	// KVM: give the resume's kernel check the bound operations.md gives
+	// for emulated VMs, so a slow kernel is not reported lost.
+	body := string(old) + "\n# Added by the end-to-end tests.\nRAYITO_ACCESS_TOKEN=" + ti.token +
+		"\nRAYITO_KERNEL_CHECK_TIMEOUT=" + tcgKernelCheck + "\n"
 	if err := os.WriteFile(env, []byte(body), 0o600); err != nil {
 		return err
 	}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rayito/rayito-agent/internal/resume"
+)
+
+// TestParseServe: defaults, environment variables and flags, and a clear
+// error for each bad value.
+func TestParseServe(t *testing.T) {
+	c, err := parseServe(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.kernelCheck != resume.DefaultKernelCheck || c.maxIdle != 0 || !c.detectClock {
+		t.Fatalf("defaults: %+v", c)
+	}
+
+	t.Setenv("RAYITO_KERNEL_CHECK_TIMEOUT", "8s")
+	t.Setenv("RAYITO_MAX_IDLE_SECONDS", "120")
+	c, err = parseServe(nil)
+	if err != nil || c.kernelCheck != 8*time.Second || c.maxIdle != 120 {
+		t.Fatalf("from the environment: %+v, %v", c, err)
+	}
+	c, err = parseServe([]string{"--kernel-check-timeout", "250ms"})
+	if err != nil || c.kernelCheck != 250*time.Millisecond {
+		t.Fatalf("the flag wins over the environment: %+v, %v", c, err)
+	}
+
+	for _, bad := range [][]string{
+		{"--kernel-check-timeout", "soon"},
+		{"--kernel-check-timeout", "0s"},
+		{"--kernel-check-timeout", "1h"},
+		{"--max-idle-seconds", "30"},
+		{"--max-idle-seconds", "-60"},
+		{"extra"},
+	} {
+		_, err := parseServe(bad)
+		if err == nil {
+			t.Errorf("%q accepted", bad)
+			continue
+		}
+		if name := strings.TrimPrefix(bad[0], "--"); len(bad) == 2 && !strings.Contains(err.Error(), name) {
+			t.Errorf("%q: error %q does not name the flag", bad, err)
+		}
+	}
+}
