@@ -116,6 +116,9 @@ func BenchmarkPTYEcho(b *testing.B) {
 		agent = p50(echoLoop(b, p, p.Output()))
 		p.Signal(context.Background(), client.SIGKILL)
 	})
+	b.Run("agent-bare-websocket", func(b *testing.B) {
+		rawEcho(b, newAgent(b).url)
+	})
 	if local > 0 {
 		b.Logf("p50: agent %v, local %v: %.2fx", agent, local, float64(agent)/float64(local))
 	}
