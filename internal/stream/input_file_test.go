@@ -33,16 +33,7 @@ func TestInputFileOrder(t *testing.T) {
 	var want []byte
 	for len(want) < 1<<20 { // many times a pipe's 64 KiB buffer
 		p := randBytes(rng, 1+rng.Intn(3000))
-		for {
-			err := in.Write(p)
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, stream.ErrInputFull) {
-				t.Fatal(err)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		writeRetrying(t, in, p)
 		want = append(want, p...)
 		p[0]++ // Write copied or wrote p before returning
 	}

@@ -30,16 +30,7 @@ func TestInputOrderAndClose(t *testing.T) {
 	var want []byte
 	for len(want) < 200_000 {
 		p := randBytes(rng, 1+rng.Intn(1000))
-		for {
-			err := in.Write(p)
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, stream.ErrInputFull) {
-				t.Fatal(err)
-			}
-			time.Sleep(time.Millisecond) // the producer is slow; retry later
-		}
+		writeRetrying(t, in, p)
 		want = append(want, p...)
 		p[0]++ // Write copied p
 	}
@@ -63,6 +54,22 @@ func TestInputOrderAndClose(t *testing.T) {
 }
 
 // iotestSlow reads in small pieces so the queue really fills.
+// writeRetrying writes p, waiting while the queue is full: the producer
+// is slow on purpose.
+func writeRetrying(t *testing.T, in *stream.Input, p []byte) {
+	t.Helper()
+	for {
+		err := in.Write(p)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, stream.ErrInputFull) {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func iotestSlow(r io.Reader) io.Reader {
 	return readerFunc(func(p []byte) (int, error) {
 		return r.Read(p[:min(len(p), 100)])
