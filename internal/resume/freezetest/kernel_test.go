@@ -5,6 +5,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rayito/rayito-agent/client"
 )
@@ -105,5 +106,54 @@ func TestKernelKilledDuringPause(t *testing.T) {
 	}
 	if got := execute(t, ctx, def, "print('still', 1)").Stdout; got != "still 1\n" {
 		t.Fatalf("default kernel after the second resume: %q", got)
+	}
+}
+
+// TestHungKernelAtResume: a kernel that cannot answer (stopped) costs the
+// resume the --kernel-check-timeout bound, no more, and is reported lost.
+// Once it runs again, the next cell probes it once more and runs on it:
+// its variables are kept and the default kernel is not replaced.
+func TestHungKernelAtResume(t *testing.T) {
+	t.Parallel()
+	const bound = 2 * time.Second
+	a := startAgent(t, agentConfig{Args: []string{"--kernel-check-timeout", bound.String()}})
+	c, rc := dialCounted(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*waitLong)
+	defer cancel()
+
+	def := c.DefaultKernel()
+	first := execute(t, ctx, def, "x = 42").Kernel
+	pid := kernelPid(t, c, first)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}()
+	h, err := c.Resume(ctx, client.ResumeOptions{ResumeID: "hung-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.ResumeGeneration != 1 || !h.KernelStateLost || kernelState(h, first) != "lost" {
+		t.Fatalf("resume with a stopped kernel: %+v, want generation 1 and %s lost", h, first)
+	}
+	// A stopped kernel never answers, so the check waits the whole bound:
+	// at least the flag's value, and nowhere near the old 6 s on top.
+	if d := time.Duration(h.LastResume.DurationMs) * time.Millisecond; d < bound || d > bound+3*time.Second {
+		t.Fatalf("the resume took %v with a %v kernel check bound", d, bound)
+	}
+	rc.wait(t, h.ResumeGeneration)
+
+	syscall.Kill(pid, syscall.SIGCONT)
+	stopped = false
+	ex := execute(t, ctx, def, "x")
+	if ex.Kernel != first || ex.Text() != "42" || ex.Stderr != "" {
+		t.Fatalf("default kernel after it answered again: ran on %q (want %s), x = %q, stderr %q", ex.Kernel, first, ex.Text(), ex.Stderr)
+	}
+	if s := kernelState(a.health(t), first); s != "alive" {
+		t.Fatalf("kernel %s is %q after it ran a cell", first, s)
 	}
 }
