@@ -102,21 +102,19 @@ func (k *Kernel) check(ctx context.Context) verdict {
 // recheck gives a kernel marked lost one more chance, for up to
 // checkBound, before a cell is refused or the default kernel is replaced:
 // a kernel that was only slow to answer a resume's short check keeps its
-// state and its cells. It returns whether the kernel is still lost.
-func (k *Kernel) recheck(ctx context.Context) bool {
+// state and its cells.
+func (k *Kernel) recheck(ctx context.Context) {
 	k.mu.Lock()
 	lost := k.lost && k.died == "" && !k.shut
 	k.mu.Unlock()
 	if !lost {
-		return false
+		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, checkBound)
 	defer cancel()
-	if k.check(ctx) != verdictAlive {
-		return true
+	if k.check(ctx) == verdictAlive {
+		k.log.Info("a kernel reported lost answered again; it keeps its state")
 	}
-	k.log.Info("a kernel reported lost answered again; it keeps its state")
-	return false
 }
 
 // probe asks the process, the heartbeat and the control channel, all at
