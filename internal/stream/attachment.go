@@ -204,6 +204,8 @@ func (a *Attachment) Ack(cursors map[string]uint64) error {
 	s := a.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Every cursor is checked before any is applied: a refused ack
+	// changes nothing.
 	for name, c := range cursors {
 		i := s.logIndex(name)
 		if i < 0 {
@@ -212,7 +214,9 @@ func (a *Attachment) Ack(cursors map[string]uint64) error {
 		if c > a.next[i] {
 			return fmt.Errorf("%w: ack of %s at %d, only %d sent", ErrCursorAhead, name, c, a.next[i])
 		}
-		if c > a.acked[i] {
+	}
+	for name, c := range cursors {
+		if i := s.logIndex(name); c > a.acked[i] {
 			a.acked[i] = c
 			s.logs[i].ackLocked(c)
 		}

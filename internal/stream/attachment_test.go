@@ -83,12 +83,20 @@ func TestAckErrors(t *testing.T) {
 		{map[string]uint64{"stdout": 201}, stream.ErrCursorAhead},
 		{map[string]uint64{"events": 2}, stream.ErrCursorAhead},
 		{map[string]uint64{"stderr": 0}, stream.ErrUnknownChannel},
+		// One bad cursor refuses the whole ack, whatever the map order.
+		{map[string]uint64{"stdout": 150, "events": 2}, stream.ErrCursorAhead},
+		{map[string]uint64{"stdout": 150, "nope": 0}, stream.ErrUnknownChannel},
 		{map[string]uint64{"stdout": 200}, nil},
 		{map[string]uint64{"events": 1}, nil},
 		{map[string]uint64{"stdout": 100}, nil}, // backwards: ignored
 	} {
 		if err := a.Ack(tc.c); !errors.Is(err, tc.want) {
 			t.Errorf("Ack(%v) = %v, want %v", tc.c, err, tc.want)
+		}
+		if tc.want != nil {
+			if st := s.Log("stdout").Stats(); st.Acked != 0 {
+				t.Fatalf("refused Ack(%v) moved stdout to %d", tc.c, st.Acked)
+			}
 		}
 	}
 	if st := s.Log("stdout").Stats(); st.Acked != 200 {
