@@ -27,19 +27,50 @@ type attachment struct {
 	att *stream.Attachment
 }
 
-// attach attaches the session to st and returns a function that starts
-// delivery; call it after the response announcing the stream is queued.
-func (ss *Session) attach(st *stream.Stream, from map[string]uint64, window int) (func(), error) {
+// reserve claims an attachment slot for a stream an op is about to
+// create, so that the op fails before it starts anything rather than
+// after. The slot is used by attach(..., true) or given back by unreserve.
+func (ss *Session) reserve() error {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if ss.cutting {
-		return nil, wire.Errorf(wire.CodeUnavailable, "the VM was resumed: reconnect and attach again")
+	if err := ss.canAttachLocked(); err != nil {
+		return err
+	}
+	ss.reserved++
+	return nil
+}
+
+func (ss *Session) unreserve() {
+	ss.mu.Lock()
+	ss.reserved--
+	ss.mu.Unlock()
+}
+
+// canAttachLocked says why the session takes no new attachment, if so.
+func (ss *Session) canAttachLocked() error {
+	if ss.cutting || ss.closed {
+		return wire.Errorf(wire.CodeUnavailable, "the connection is closing: reconnect and attach again")
+	}
+	if len(ss.atts)+ss.reserved >= maxAttachments {
+		return wire.Errorf(wire.CodeLimit, "more than %d attachments on this connection", maxAttachments)
+	}
+	return nil
+}
+
+// attach attaches the session to st and returns a function that starts
+// delivery; call it after the response announcing the stream is queued.
+// reserved says the caller holds a slot from reserve, which this uses up.
+func (ss *Session) attach(st *stream.Stream, from map[string]uint64, window int, reserved bool) (func(), error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if reserved {
+		ss.reserved--
+	}
+	if err := ss.canAttachLocked(); err != nil {
+		return nil, err
 	}
 	if _, ok := ss.atts[st.ID]; ok {
 		return nil, wire.Errorf(wire.CodeConflict, "stream %d is already attached on this connection", st.ID)
-	}
-	if len(ss.atts) >= maxAttachments {
-		return nil, wire.Errorf(wire.CodeLimit, "more than %d attachments on this connection", maxAttachments)
 	}
 	att, err := st.Attach(from, window)
 	if err != nil {

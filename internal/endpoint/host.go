@@ -138,6 +138,8 @@ func (ss *Session) resumeCut(ctx context.Context) {
 }
 
 func (s *Server) handleInit(w http.ResponseWriter, r *http.Request) {
+	s.initMu.Lock()
+	defer s.initMu.Unlock()
 	// The first call may set the token when none is configured; after
 	// that every call needs it.
 	if s.cfg.Auth.IsSet() && !s.cfg.Auth.Check(r) {
@@ -175,9 +177,14 @@ func (s *Server) handleInit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	for k := range body.Env {
+	for k, v := range body.Env {
 		if k == "" || containsAny(k, "=\x00") {
 			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "invalid environment variable name %q", k))
+			return
+		}
+		// No process can be given a NUL: every later exec would fail.
+		if containsAny(v, "\x00") {
+			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "environment variable %q: value holds a NUL byte", k))
 			return
 		}
 	}

@@ -81,7 +81,7 @@ func (ss *Session) handleControl(msg []byte) {
 	if req.Op == "ack" {
 		// ack has no response; its errors come back as error events.
 		if _, err := o.fn(&call{ss: ss, req: req}); err != nil {
-			ss.sendError(wire.AsError(err), 0)
+			ss.sendError(wire.AsError(err), ackedStream(req))
 		}
 		return
 	}
@@ -148,6 +148,16 @@ func (ss *Session) fail(req wire.Request, err error) {
 	} else {
 		ss.sendError(wire.AsError(err), 0)
 	}
+}
+
+// ackedStream is the stream an ack names, 0 if it cannot be read: its
+// error events carry it, since there is no response id to tie them to.
+func ackedStream(req wire.Request) uint64 {
+	var p struct {
+		Stream uint64 `json:"stream"`
+	}
+	json.Unmarshal(req.Raw, &p)
+	return p.Stream
 }
 
 func jsonBytes(v any) ([]byte, error) { return json.Marshal(v) }

@@ -3,6 +3,8 @@ package endpoint
 import (
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/wire"
@@ -78,22 +80,40 @@ func (s *Server) opExec(c *call) (any, error) {
 			o.Grace = -1 // explicit zero: no grace at all
 		}
 	}
-	st, err := s.cfg.Procs.Exec(o)
-	if err != nil {
-		return nil, err
-	}
-	return s.created(c, st, p.Attach, map[string]any{"stream": st.ID, "pid": st.Pid})
+	return s.create(c, p.Attach, func() (*stream.Stream, map[string]any, error) {
+		st, err := s.cfg.Procs.Exec(o)
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, map[string]any{"stream": st.ID, "pid": st.Pid}, nil
+	})
 }
 
-// created attaches the caller to a stream it just created, unless it asked
-// not to, and returns result.
-func (s *Server) created(c *call, st *stream.Stream, attach *bool, result map[string]any) (any, error) {
+// create runs build, which creates a stream and its result, and attaches
+// the caller to the stream unless it asked not to. The attachment slot is
+// claimed first: an op that answers an error has started nothing.
+func (s *Server) create(c *call, attach *bool, build func() (*stream.Stream, map[string]any, error)) (any, error) {
 	if attach != nil && !*attach {
+		_, result, err := build()
+		if err != nil {
+			return nil, err
+		}
 		return result, nil
 	}
-	start, err := c.ss.attach(st, nil, stream.DefaultWindow)
-	if err != nil {
+	if err := c.ss.reserve(); err != nil {
 		return nil, err
+	}
+	st, result, err := build()
+	if err != nil {
+		c.ss.unreserve()
+		return nil, err
+	}
+	start, err := c.ss.attach(st, nil, stream.DefaultWindow, true)
+	if err != nil {
+		// The connection started closing meanwhile. The stream runs
+		// anyway: answer with it, so it can be attached after reconnecting.
+		s.log.Debug("stream created on a closing connection", zap.Uint64("stream", st.ID), zap.Error(err))
+		return result, nil
 	}
 	c.after = start
 	return result, nil

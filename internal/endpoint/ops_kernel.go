@@ -113,11 +113,13 @@ func (s *Server) opExecute(c *call) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(c.ss.ctx, kernelStartBound)
 	defer cancel()
-	st, kernel, err := s.cfg.Kernels.Execute(ctx, p.Kernel, *p.Code, time.Duration(p.TimeoutMs)*time.Millisecond, p.AllowStdin)
-	if err != nil {
-		return nil, err
-	}
-	return s.created(c, st, p.Attach, map[string]any{"stream": st.ID, "kernel": kernel})
+	return s.create(c, p.Attach, func() (*stream.Stream, map[string]any, error) {
+		st, kernel, err := s.cfg.Kernels.Execute(ctx, p.Kernel, *p.Code, time.Duration(p.TimeoutMs)*time.Millisecond, p.AllowStdin)
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, map[string]any{"stream": st.ID, "kernel": kernel}, nil
+	})
 }
 
 func (s *Server) opInputReply(c *call) (any, error) {
@@ -150,11 +152,13 @@ func (s *Server) opKernelChannels(c *call) (any, error) {
 	if p.Kernel == "" {
 		return nil, wire.Errorf(wire.CodeBadRequest, "kernel_channels needs a kernel")
 	}
-	st, err := s.cfg.Kernels.Channels(p.Kernel)
-	if err != nil {
-		return nil, err
-	}
-	return s.created(c, st, p.Attach, map[string]any{"stream": st.ID})
+	return s.create(c, p.Attach, func() (*stream.Stream, map[string]any, error) {
+		st, err := s.cfg.Kernels.Channels(p.Kernel)
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, map[string]any{"stream": st.ID}, nil
+	})
 }
 
 func (s *Server) opJupyterSend(c *call) (any, error) {

@@ -42,11 +42,13 @@ func (s *Server) opPTY(c *call) (any, error) {
 	if p.Buffer < 0 || p.Buffer > stream.MaxByteCapacity {
 		return nil, wire.Errorf(wire.CodeBadRequest, "buffer must be between 0 and %d bytes", stream.MaxByteCapacity)
 	}
-	st, err := s.cfg.PTYs.Start(o)
-	if err != nil {
-		return nil, err
-	}
-	return s.created(c, st, p.Attach, map[string]any{"stream": st.ID, "pid": st.Pid})
+	return s.create(c, p.Attach, func() (*stream.Stream, map[string]any, error) {
+		st, err := s.cfg.PTYs.Start(o)
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, map[string]any{"stream": st.ID, "pid": st.Pid}, nil
+	})
 }
 
 // maxDimension bounds terminal sizes: beyond it a client bug, not a screen.

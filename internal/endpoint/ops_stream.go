@@ -1,6 +1,7 @@
 package endpoint
 
 import (
+	"errors"
 	"syscall"
 
 	"github.com/rayito/rayito-agent/internal/proc"
@@ -108,7 +109,7 @@ func (s *Server) opAttach(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	start, err := c.ss.attach(st, p.From, window)
+	start, err := c.ss.attach(st, p.From, window, false)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +139,9 @@ func (s *Server) opDetach(c *call) (any, error) {
 	if a == nil {
 		return nil, wire.Errorf(wire.CodeNotFound, "stream %d is not attached on this connection", p.Stream)
 	}
-	a.att.Cut(stream.End{Reason: stream.ReasonClosed, Message: "detached"})
+	// After the response: the pump may queue the end at once, and the
+	// client must see {} first.
+	c.after = func() { a.att.Cut(stream.End{Reason: stream.ReasonClosed, Message: "detached"}) }
 	return nil, nil
 }
 
@@ -270,27 +273,33 @@ func (s *Server) opResize(c *call) (any, error) {
 }
 
 // handleData takes an IN frame: input for a stream's process or terminal.
-func (ss *Session) handleData(msg []byte) {
+// It reports a payload over the protocol's limit, which closes the
+// connection instead of answering.
+func (ss *Session) handleData(msg []byte) (tooBig bool) {
 	d, err := wire.DecodeData(msg)
+	if errors.Is(err, wire.ErrTooLarge) {
+		return true
+	}
 	if err != nil {
 		ss.sendError(wire.Errorf(wire.CodeBadRequest, "%v", err), 0)
-		return
+		return false
 	}
 	if d.Type != wire.In {
 		ss.sendError(wire.Errorf(wire.CodeBadRequest, "clients send IN frames only"), d.Stream)
-		return
+		return false
 	}
 	st, err := ss.srv.stream(d.Stream)
 	if err != nil {
 		ss.sendError(wire.AsError(err), d.Stream)
-		return
+		return false
 	}
 	w, ok := st.Control.(InputWriter)
 	if !ok {
 		ss.sendError(wire.Errorf(wire.CodeBadRequest, "stream %d (%s) takes no input", st.ID, st.Kind), st.ID)
-		return
+		return false
 	}
 	if err := w.WriteInput(d.Payload); err != nil {
 		ss.sendError(wire.AsError(err), st.ID)
 	}
+	return false
 }

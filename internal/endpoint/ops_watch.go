@@ -29,11 +29,13 @@ func (s *Server) opWatch(c *call) (any, error) {
 	if p.Path == "" {
 		return nil, wire.Errorf(wire.CodeBadRequest, "watch needs a path")
 	}
-	st, err := s.cfg.Watches.Watch(p.Path, p.Recursive)
-	if err != nil {
-		return nil, err
-	}
-	return s.created(c, st, p.Attach, map[string]any{"stream": st.ID})
+	return s.create(c, p.Attach, func() (*stream.Stream, map[string]any, error) {
+		st, err := s.cfg.Watches.Watch(p.Path, p.Recursive)
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, map[string]any{"stream": st.ID}, nil
+	})
 }
 
 func (s *Server) opUnwatch(c *call) (any, error) {

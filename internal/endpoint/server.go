@@ -57,6 +57,10 @@ type Server struct {
 	mux     *http.ServeMux
 	http    *http.Server
 
+	// initMu makes each /v1/init whole: two first calls cannot both find
+	// no token and both set one.
+	initMu sync.Mutex
+
 	mu       sync.Mutex
 	sessions map[*Session]struct{}
 	closing  bool
@@ -83,6 +87,7 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /metrics", s.authed(s.handleMetrics))
 	s.mux.HandleFunc("POST /v1/init", s.handleInit)
 	s.mux.HandleFunc("POST /v1/resume", s.authed(s.handleResume))
+	s.mux.HandleFunc("/", handleNoRoute)
 	s.http = &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
 	return s
 }
@@ -142,6 +147,23 @@ func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// routeMethods are the methods of each route, for answering the others.
+var routeMethods = map[string]string{
+	"/health": "GET", "/v1/connect": "GET", "/v1/traffic": "GET",
+	"/metrics": "GET", "/v1/init": "POST", "/v1/resume": "POST",
+}
+
+// handleNoRoute answers what no route takes with a JSON error, like every
+// other HTTP error of the agent.
+func handleNoRoute(w http.ResponseWriter, r *http.Request) {
+	if m, ok := routeMethods[r.URL.Path]; ok {
+		w.Header().Set("Allow", m)
+		writeError(w, http.StatusMethodNotAllowed, wire.Errorf(wire.CodeBadRequest, "%s takes %s, not %s", r.URL.Path, m, r.Method))
+		return
+	}
+	writeError(w, http.StatusNotFound, wire.Errorf(wire.CodeNotFound, "no route %s", r.URL.Path))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -45,11 +45,13 @@ type Session struct {
 
 	mu         sync.Mutex
 	atts       map[uint64]*attachment
+	reserved   int // attachment slots claimed by ops still creating their stream
 	closeCode  websocket.StatusCode
 	closeWhy   string
 	pumps      sync.WaitGroup
 	generation uint64 // resume generation when the session opened
 	cutting    bool   // a resume is closing the session: no new attachments
+	closed     bool   // the connection is gone: no new attachments
 }
 
 // outFrame is one message for the writer. A frame with close set ends the
@@ -84,10 +86,19 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 		srv: s, conn: conn, log: s.log, ctx: ctx, cancel: cancel,
 		ctrl: make(chan outFrame, controlQueue), data: make(chan outFrame, dataQueue),
 		sem: make(chan struct{}, maxInflightOps), ordered: make(chan func(), maxInflightOps),
-		atts:       make(map[uint64]*attachment),
-		generation: s.generation(),
+		atts: make(map[uint64]*attachment),
 	}
 	s.mu.Lock()
+	if s.closing {
+		// Shutdown began after the check above and will not see this one.
+		s.mu.Unlock()
+		cancel()
+		conn.Close(closeGoingAway, "agent shutting down")
+		return
+	}
+	// Read with the session registered: a resume publishes its generation
+	// before it lists sessions, so this one is either cut or already new.
+	ss.generation = s.generation()
 	s.sessions[ss] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -118,6 +129,10 @@ func (ss *Session) run() {
 	ss.cancel()
 	<-writerDone
 	ss.conn.CloseNow()
+	// Slow ops may still finish: they must not start pumps after this.
+	ss.mu.Lock()
+	ss.closed = true
+	ss.mu.Unlock()
 	ss.pumps.Wait()
 }
 
@@ -126,6 +141,7 @@ func (ss *Session) run() {
 // connection without the close frame a resume must send.
 func (ss *Session) readLoop() {
 	counter := ss.srv.cfg.Traffic
+	tooBig := false
 	for {
 		typ, msg, err := ss.conn.Read(context.Background())
 		if err != nil {
@@ -135,10 +151,20 @@ func (ss *Session) readLoop() {
 			return
 		}
 		counter.In(len(msg))
+		if tooBig {
+			continue // closing: keep reading only for the peer's close frame
+		}
+		// The read limit leaves room for a data frame's header, so a
+		// message just over a limit of section 2 gets here.
 		if typ == websocket.MessageBinary {
-			ss.handleData(msg)
+			tooBig = ss.handleData(msg)
+		} else if len(msg) > wire.MaxControl {
+			tooBig = true
 		} else {
 			ss.handleControl(msg)
+		}
+		if tooBig {
+			ss.closeWith(websocket.StatusMessageTooBig, "message too big")
 		}
 	}
 }
@@ -154,12 +180,35 @@ func (ss *Session) writeLoop() {
 			select {
 			case f = <-ss.ctrl:
 			case f = <-ss.data:
+				// A control frame queued before this one (the response
+				// announcing its stream) may have become ready at once.
+				if !ss.flushControl() {
+					if f.release != nil {
+						f.release()
+					}
+					return
+				}
 			case <-ss.ctx.Done():
 				return
 			}
 		}
 		if !ss.write(f) {
 			return
+		}
+	}
+}
+
+// flushControl writes the control frames that are waiting; false if the
+// session ended meanwhile.
+func (ss *Session) flushControl() bool {
+	for {
+		select {
+		case f := <-ss.ctrl:
+			if !ss.write(f) {
+				return false
+			}
+		default:
+			return true
 		}
 	}
 }
