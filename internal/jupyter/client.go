@@ -214,6 +214,19 @@ func (c *client) register(msgID string, o owner) {
 	c.mu.Unlock()
 }
 
+// claim registers o for msgID unless another owner has it: a client's
+// message that reused the id of a request in flight would take that
+// request's replies away from it (a cell would never end).
+func (c *client) claim(msgID string, o owner) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.owners[msgID]; ok && cur != o {
+		return false
+	}
+	c.owners[msgID] = o
+	return true
+}
+
 func (c *client) unregister(msgID string) {
 	c.mu.Lock()
 	delete(c.owners, msgID)

@@ -118,6 +118,10 @@ func (m *Manager) startInstance(ctx context.Context, ls launchSpec) (*instance, 
 	inst.ctx, inst.cancel = context.WithCancel(context.Background())
 	go inst.copyOutput()
 	go inst.watch(exitCh)
+	// Dialing waits for the kernel to bind and only knows inst.ctx: a
+	// start given up on (a shutdown, the caller's deadline) kills the
+	// process, which ends the dial.
+	giveUp := context.AfterFunc(ctx, inst.kill)
 
 	conn, err := dialClient(inst.ctx, info, ls.onIOPub, inst.log)
 	inst.conn = conn
@@ -125,8 +129,11 @@ func (m *Manager) startInstance(ctx context.Context, ls launchSpec) (*instance, 
 	if err == nil {
 		err = inst.waitReady(ctx)
 	}
+	if !giveUp() && err == nil {
+		err = ctx.Err()
+	}
 	if err != nil {
-		exitedFirst := inst.ctx.Err() != nil
+		exitedFirst := inst.ctx.Err() != nil && ctx.Err() == nil
 		inst.killAndWait()
 		return nil, inst.startError(ls.spec.Name, exitedFirst, err)
 	}

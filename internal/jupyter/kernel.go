@@ -1,6 +1,7 @@
 package jupyter
 
 import (
+	"context"
 	"sync"
 
 	"go.uber.org/zap"
@@ -33,14 +34,18 @@ type KernelInfo struct {
 // relays. Cells run one at a time, in the order they were queued, on one
 // runner goroutine that Shutdown stops.
 type Kernel struct {
-	id   string
-	spec *kernelspec
-	opts StartOptions
-	m    *Manager
-	log  *zap.Logger
-	wake chan struct{} // pokes the runner; buffered, never blocks
-	done chan struct{} // closed when the runner returns
-	opMu sync.Mutex    // serializes Restart and Shutdown
+	id     string
+	spec   *kernelspec
+	opts   StartOptions
+	m      *Manager
+	log    *zap.Logger
+	wake   chan struct{} // pokes the runner; buffered, never blocks
+	done   chan struct{} // closed when the runner returns
+	closed chan struct{} // closed when shutdown is done
+	opMu   sync.Mutex    // serializes the start, restarts and shutdown
+
+	// cancelLaunch stops the start or restart in progress; set under mu.
+	cancelLaunch context.CancelFunc
 
 	mu      sync.Mutex
 	inst    *instance // nil while (re)starting
@@ -57,7 +62,7 @@ type Kernel struct {
 func newKernel(m *Manager, id string, spec *kernelspec, opts StartOptions) *Kernel {
 	k := &Kernel{
 		id: id, spec: spec, opts: opts, m: m, log: m.log.With(zap.String("kernel", id)),
-		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), done: make(chan struct{}), closed: make(chan struct{}),
 		exec: StateStarting, relays: map[*Relay]struct{}{},
 	}
 	go k.run()

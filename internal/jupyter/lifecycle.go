@@ -12,15 +12,31 @@ import (
 )
 
 // launch starts a process for the kernel, trying fresh ports when another
-// process took one of ours between our pick and the kernel's bind.
+// process took one of ours between our pick and the kernel's bind. The
+// caller holds opMu. Shutdown cancels a launch in progress, so it never
+// waits for a start and no process outlives it.
 func (k *Kernel) launch(ctx context.Context) (*instance, error) {
+	k.mu.Lock()
+	if k.shut {
+		k.mu.Unlock()
+		return nil, k.errShutDuringStart()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	k.cancelLaunch = cancel
+	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		k.cancelLaunch = nil
+		k.mu.Unlock()
+		cancel()
+	}()
 	var inst *instance
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		inst, err = k.m.startInstance(ctx, launchSpec{
 			spec: k.spec, opts: k.opts, log: k.log, onIOPub: k.onIOPub, onExit: k.onExit,
 		})
-		if err != errPortClash {
+		if err != errPortClash || ctx.Err() != nil {
 			break
 		}
 		k.log.Info("kernel port was taken; retrying with new ports")
@@ -28,19 +44,55 @@ func (k *Kernel) launch(ctx context.Context) (*instance, error) {
 	if err == errPortClash {
 		err = wire.Errorf(wire.CodeUnavailable, "kernel %s: its ports kept being taken by other processes", k.id)
 	}
+	if err != nil && k.isShut() {
+		err = k.errShutDuringStart()
+	}
 	return inst, err
 }
 
-// setInstance makes inst current, unless the kernel was shut down
-// meanwhile; then it returns false and the caller stops inst.
-func (k *Kernel) setInstance(inst *instance) bool {
+func (k *Kernel) errShutDuringStart() error {
+	return wire.Errorf(wire.CodeNotFound, "kernel %s was shut down while it started", k.id)
+}
+
+func (k *Kernel) isShut() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	return k.shut
+}
+
+// start launches the kernel's first process. It holds opMu so that a
+// Restart that comes meanwhile waits for it instead of starting a second
+// process beside it.
+func (k *Kernel) start(ctx context.Context) (*instance, error) {
+	k.opMu.Lock()
+	defer k.opMu.Unlock()
+	inst, err := k.launch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !k.setInstance(inst) {
+		inst.stop(ctx)
+		return nil, k.errShutDuringStart()
+	}
+	return inst, nil
+}
+
+// setInstance makes inst current, unless the kernel was shut down
+// meanwhile; then it returns false and the caller stops inst. A process
+// that died between its start and here (its onExit saw another instance
+// current and did nothing) makes the kernel dead at once.
+func (k *Kernel) setInstance(inst *instance) bool {
+	k.mu.Lock()
 	if k.shut {
+		k.mu.Unlock()
 		return false
 	}
 	k.inst, k.exec, k.died, k.lost = inst, StateIdle, "", false
 	k.poke()
+	k.mu.Unlock()
+	if !inst.alive() {
+		k.onExit(inst)
+	}
 	return true
 }
 
@@ -48,7 +100,7 @@ func (k *Kernel) setInstance(inst *instance) bool {
 // the kernel dead: its cells end and the next Execute is refused.
 func (k *Kernel) onExit(inst *instance) {
 	k.mu.Lock()
-	if k.inst != inst || inst.stopping {
+	if k.inst != inst || inst.stopping || k.died != "" {
 		k.mu.Unlock()
 		return
 	}
@@ -122,9 +174,7 @@ func (k *Kernel) restart(ctx context.Context) error {
 	}
 	inst, err := k.launch(ctx)
 	if err != nil {
-		k.mu.Lock()
-		k.died = "restart failed: " + err.Error()
-		k.mu.Unlock()
+		k.restartFailed(err)
 		return err
 	}
 	if !k.setInstance(inst) {
@@ -134,36 +184,77 @@ func (k *Kernel) restart(ctx context.Context) error {
 	return nil
 }
 
-// shutdown stops the process, ends every stream of the kernel with reason
-// closed and stops the runner.
-func (k *Kernel) shutdown(ctx context.Context) {
-	k.opMu.Lock()
-	defer k.opMu.Unlock()
+// restartFailed makes the kernel dead and ends the cells queued while it
+// restarted: no process will ever run them.
+func (k *Kernel) restartFailed(err error) {
 	k.mu.Lock()
 	if k.shut {
 		k.mu.Unlock()
+		return // shutdown ended the cells
+	}
+	k.died = "restart failed: " + err.Error()
+	running, queued := k.takeCellsLocked()
+	k.mu.Unlock()
+	k.log.Warn("kernel restart failed", zap.Error(err))
+	msg := fmt.Sprintf("kernel %s could not be restarted: %v", k.id, err)
+	if running != nil {
+		running.finish(doneEnd(StatusAborted, nil, msg))
+	}
+	for _, c := range queued {
+		c.finish(doneEnd(StatusAborted, nil, msg))
+	}
+	k.publishStatus("dead")
+}
+
+// shutdown stops the process, ends every stream of the kernel with reason
+// closed and stops the runner.
+func (k *Kernel) shutdown(ctx context.Context) {
+	k.close(ctx, stream.End{Reason: stream.ReasonClosed, Message: fmt.Sprintf("kernel %s was shut down", k.id)})
+}
+
+// close is shutdown with the end its cells get: a kernel whose start
+// failed aborts the cells queued on it rather than calling them closed.
+// A launch in progress is cancelled first, so close returns once no
+// process of the kernel is left, without waiting for a start to finish.
+// Later calls wait for the first one to be done.
+func (k *Kernel) close(ctx context.Context, cellEnd stream.End) {
+	k.mu.Lock()
+	if k.shut {
+		k.mu.Unlock()
+		select {
+		case <-k.closed:
+		case <-ctx.Done():
+		}
 		return
 	}
 	k.shut = true
-	inst := k.inst
-	if inst != nil {
-		inst.stopping = true
+	if k.cancelLaunch != nil {
+		k.cancelLaunch()
 	}
 	running, queued := k.takeCellsLocked()
 	relays := k.relays
 	k.relays = map[*Relay]struct{}{}
 	k.mu.Unlock()
+	defer close(k.closed)
 	k.poke()
-	closed := stream.End{Reason: stream.ReasonClosed, Message: fmt.Sprintf("kernel %s was shut down", k.id)}
 	if running != nil {
-		running.finish(closed)
+		running.finish(cellEnd)
 	}
 	for _, c := range queued {
-		c.finish(closed)
+		c.finish(cellEnd)
 	}
+	k.opMu.Lock()
+	k.mu.Lock()
+	inst := k.inst
+	if inst != nil {
+		inst.stopping = true
+	}
+	k.mu.Unlock()
 	if inst != nil {
 		inst.stop(ctx)
 	}
+	k.opMu.Unlock()
+	closed := stream.End{Reason: stream.ReasonClosed, Message: fmt.Sprintf("kernel %s was shut down", k.id)}
 	for r := range relays {
 		r.end(closed)
 	}

@@ -97,15 +97,11 @@ func (m *Manager) Start(ctx context.Context, o StartOptions) (*Kernel, error) {
 	m.kernels[k.id] = k
 	m.mu.Unlock()
 
-	inst, err := k.launch(ctx)
+	inst, err := k.start(ctx)
 	if err != nil {
 		m.forget(k)
-		k.shutdown(context.Background())
+		k.close(context.Background(), doneEnd(StatusAborted, nil, fmt.Sprintf("kernel %s failed to start: %v", k.id, err)))
 		return nil, err
-	}
-	if !k.setInstance(inst) {
-		inst.stop(ctx)
-		return nil, wire.Errorf(wire.CodeNotFound, "kernel %s was shut down while it started", k.id)
 	}
 	k.log.Info("kernel started", zap.String("spec", spec.Name), zap.Int("pid", inst.pid))
 	m.changed()

@@ -89,7 +89,10 @@ func (r *Relay) Send(msg json.RawMessage) error {
 		r.mu.Unlock()
 		return wire.Errorf(wire.CodeNotFound, "kernel_channels stream %d was closed", r.s.ID)
 	}
-	inst.conn.register(m.MsgID, r)
+	if !inst.conn.claim(m.MsgID, r) {
+		r.mu.Unlock()
+		return wire.Errorf(wire.CodeConflict, "jupyter message: msg_id %q is in use by another request to kernel %s", m.MsgID, r.k.id)
+	}
 	r.sent = append(r.sent, sentRequest{inst.conn, m.MsgID})
 	if len(r.sent) > relayRequests {
 		old := r.sent[0]

@@ -92,3 +92,76 @@ func TestRelayBothWays(t *testing.T) {
 	}
 	wantCode(t, relay.Send(json.RawMessage(req)), "not_found")
 }
+
+// TestRelaySurvivesBadMessages: every bad message a client sends gets a
+// bad_request or conflict error, and the relay (and the cells of the
+// kernel) go on working after them.
+func TestRelaySurvivesBadMessages(t *testing.T) {
+	t.Parallel()
+	k := sharedKernel(t)
+	rs, err := env.mgr.Channels(k.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := rs.Control.(*Relay)
+	defer relay.Close()
+
+	// A cell in flight: a message reusing its msg_id must not take its
+	// replies away (the cell would never end).
+	cs, _ := execute(t, k.ID(), "import time\nprint('started', flush=True)\ntime.sleep(0.5)\nprint('done')", 0, false)
+	cr := attach(t, cs, 0)
+	if ev, end := cr.next(); end != nil || ev.Text != "started\n" {
+		t.Fatalf("want the cell to start, got %+v %+v", ev, end)
+	}
+	c := cs.Control.(*cell)
+	c.mu.Lock()
+	cellID := c.msgID
+	c.mu.Unlock()
+	steal := fmt.Sprintf(`{"channel":"shell","header":{"msg_type":"kernel_info_request","msg_id":%q},"content":{}}`, cellID)
+	wantCode(t, relay.Send(json.RawMessage(steal)), "conflict")
+
+	for _, bad := range []string{
+		`{"channel":"shell","header":{"msg_type":"kernel_info_request"}`,
+		`[]`,
+		`null`,
+		`{"channel":"hb","header":{"msg_type":"ping"}}`,
+		`{"channel":"iopub","header":{"msg_type":"status"}}`,
+		`{"channel":"nope","header":{"msg_type":"kernel_info_request"}}`,
+		`{"channel":"shell","header":"kernel_info_request"}`,
+		`{"channel":"shell","header":{"msg_type":7}}`,
+		`{"channel":"shell","header":{"msg_type":"kernel_info_request"},"metadata":"x"}`,
+		`{"channel":"shell","header":{"msg_type":"kernel_info_request"},"parent_header":[]}`,
+	} {
+		wantCode(t, relay.Send(json.RawMessage(bad)), "bad_request")
+	}
+	evs, end := cr.all()
+	wantStatus(t, end, StatusOK)
+	if stdout(evs) != "done\n" {
+		t.Fatalf("cell after the relay's bad messages: %+v", evs)
+	}
+
+	msgID := "after-bad-" + newID()
+	good := fmt.Sprintf(`{"channel":"shell","header":{"msg_type":"kernel_info_request","msg_id":%q},"content":{}}`, msgID)
+	if err := relay.Send(json.RawMessage(good)); err != nil {
+		t.Fatal(err)
+	}
+	r := attach(t, rs, 0)
+	for {
+		ev, end := r.next()
+		if end != nil {
+			t.Fatalf("relay ended: %+v", end)
+		}
+		var parent, head struct {
+			MsgID   string `json:"msg_id"`
+			MsgType string `json:"msg_type"`
+		}
+		json.Unmarshal(ev.Msg.Parent, &parent)
+		json.Unmarshal(ev.Msg.Header, &head)
+		if ev.Msg.Channel == "shell" && parent.MsgID == msgID && head.MsgType == "kernel_info_reply" {
+			break
+		}
+		if ev.Msg.Channel == "shell" && parent.MsgID == cellID {
+			t.Fatalf("the relay got the cell's reply: %+v", ev.Msg)
+		}
+	}
+}
