@@ -27,9 +27,17 @@ func (r *Reaper) RunHook(command string, stdin []byte, timeout time.Duration) (S
 		pw.Close()
 		return Status{}, fmt.Errorf("starting hook: %w", err)
 	}
+	fed := make(chan struct{})
 	go func() {
+		defer close(fed)
 		pw.Write(stdin)
 		pw.Close()
+	}()
+	// A job the hook left behind may hold its stdin without reading: once
+	// the hook is done, closing the pipe ends the write.
+	defer func() {
+		pw.Close()
+		<-fed
 	}()
 	t := time.NewTimer(timeout)
 	defer t.Stop()

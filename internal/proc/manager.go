@@ -22,10 +22,13 @@ type Manager struct {
 	defaults *Defaults
 	log      *zap.Logger
 
+	// drainIdle and drainMax are the drain bounds (tests shorten them).
+	drainIdle, drainMax time.Duration
+
 	mu      sync.Mutex
 	running map[int]*process
 	closed  bool
-	wg      sync.WaitGroup
+	wg      sync.WaitGroup // every process's run and terminate goroutines
 }
 
 // NewManager returns a manager that spawns through reaper.
@@ -33,7 +36,8 @@ func NewManager(reg *stream.Registry, reaper *Reaper, defaults *Defaults, log *z
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Manager{reg: reg, reaper: reaper, defaults: defaults, log: log, running: make(map[int]*process)}
+	return &Manager{reg: reg, reaper: reaper, defaults: defaults, log: log, running: make(map[int]*process),
+		drainIdle: drainIdle, drainMax: drainMax}
 }
 
 // ExecOptions is an `exec` request after decoding.
@@ -65,20 +69,25 @@ func (m *Manager) Exec(o ExecOptions) (*stream.Stream, error) {
 }
 
 func (m *Manager) spawn(res Resolved, o ExecOptions) (*process, error) {
+	// The slot in wg is taken under the lock Close sets closed under, so
+	// Close either refuses this spawn or waits for its process.
 	m.mu.Lock()
-	closed := m.closed
-	m.mu.Unlock()
-	if closed {
+	if m.closed {
+		m.mu.Unlock()
 		return nil, wire.Errorf(wire.CodeUnavailable, "agent is shutting down")
 	}
+	m.wg.Add(1)
+	m.mu.Unlock()
 	pp, err := openPipes(o.Stdin)
 	if err != nil {
+		m.wg.Done()
 		return nil, wire.Errorf(wire.CodeLimit, "cannot create pipes: %v", err)
 	}
 	pid, status, err := m.reaper.ForkExec(res.Path, res.Argv, res.Attr(pp.childFiles()))
 	pp.closeChildEnds()
 	if err != nil {
 		pp.closeParentEnds()
+		m.wg.Done()
 		return nil, wire.Errorf(wire.CodeBadRequest, "cannot start %s: %v", res.Argv[0], err)
 	}
 	p := &process{m: m, pid: pid, exited: make(chan struct{})}
@@ -96,8 +105,11 @@ func (m *Manager) spawn(res Resolved, o ExecOptions) (*process, error) {
 	})
 	m.mu.Lock()
 	m.running[pid] = p
-	m.wg.Add(1)
+	closing := m.closed // Close has started and did not see p
 	m.mu.Unlock()
+	if closing {
+		m.goTerminate(p)
+	}
 	go p.run(status, []*os.File{pp.stdoutR, pp.stderrR}, o.Timeout)
 	m.log.Debug("exec", zap.Uint64("stream", p.s.ID), zap.Int("pid", pid), zap.Strings("argv", res.Argv))
 	return p, nil
@@ -108,20 +120,37 @@ func (m *Manager) spawn(res Resolved, o ExecOptions) (*process, error) {
 func (m *Manager) Close() {
 	m.mu.Lock()
 	m.closed = true
+	m.wg.Add(1) // held while terminations start, so wg never drops to 0 between their Adds
 	procs := make([]*process, 0, len(m.running))
 	for _, p := range m.running {
 		procs = append(procs, p)
 	}
 	m.mu.Unlock()
 	for _, p := range procs {
-		go p.terminate()
+		m.goTerminate(p)
 	}
+	m.wg.Done()
 	m.wg.Wait()
+}
+
+// goTerminate terminates p on its own goroutine, which Close waits for:
+// the SIGKILL comes KillGrace after the SIGTERM, possibly after p's stream
+// ended. Callers hold a slot in wg (p's run, a spawn, or Close).
+func (m *Manager) goTerminate(p *process) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		p.terminate()
+	}()
 }
 
 func (m *Manager) forget(p *process) {
 	m.mu.Lock()
-	delete(m.running, p.pid)
+	// The pid may already be another process's: one whose group died
+	// while this stream was draining.
+	if m.running[p.pid] == p {
+		delete(m.running, p.pid)
+	}
 	m.mu.Unlock()
 	m.wg.Done()
 }

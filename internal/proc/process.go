@@ -20,9 +20,19 @@ import (
 // write nothing: any output restarts it.
 const drainIdle = 2 * time.Second
 
-// drainMax bounds it even when they keep writing: a daemon started in the
-// background must not keep the command's stream open forever.
+// drainMax bounds it even when they keep writing, or when a client attached
+// to a block stream stops reading: a daemon started in the background must
+// not keep the command's stream open forever.
 const drainMax = 30 * time.Second
+
+// drainLast is how long readers get, once the pipes are closed at the drain
+// bound, to put what they already read into a full log before the stream
+// ends anyway.
+const drainLast = 100 * time.Millisecond
+
+// groupPoll is how often a group is checked for members after its leader's
+// exit, while draining and between SIGTERM and SIGKILL.
+const groupPoll = 50 * time.Millisecond
 
 // readSize is one read from an output pipe.
 const readSize = 64 << 10
@@ -36,7 +46,10 @@ type process struct {
 	stdin  *os.File      // write end of stdin, owned by input
 	exited chan struct{} // closed when the leader has been reaped
 
-	termOnce sync.Once
+	// groupGone is set once the group is seen empty after the leader's
+	// exit; from then on its number may be another process's.
+	groupGone atomic.Bool
+	termOnce  sync.Once
 }
 
 // run owns the process: it copies output into the logs, enforces the
@@ -72,7 +85,7 @@ wait:
 			break wait
 		case <-timer:
 			timer = nil
-			go p.terminate()
+			p.m.goTerminate(p)
 		}
 	}
 	close(p.exited)
@@ -83,20 +96,22 @@ wait:
 
 	// The leader is gone; wait for the pipes to reach EOF, but not forever
 	// if a background member holds them open without producing output.
-	tick := time.NewTicker(50 * time.Millisecond)
+	tick := time.NewTicker(groupPoll)
 	idle := time.Duration(0)
 	seen := progress.Load()
-	limit := time.Now().Add(drainMax)
-	for idle < drainIdle && time.Now().Before(limit) {
+	limit := time.Now().Add(p.m.drainMax)
+	drained := false
+	for !drained && idle < p.m.drainIdle && time.Now().Before(limit) {
 		select {
 		case <-readersDone:
-			idle = drainIdle
+			drained = true
 		case <-tick.C:
+			p.groupAlive() // notice the group's end before its number is reused
 			switch now := progress.Load(); {
 			case now != seen || writing.Load() != 0:
 				seen, idle = now, 0
 			default:
-				idle += 50 * time.Millisecond
+				idle += groupPoll
 			}
 		}
 	}
@@ -104,8 +119,19 @@ wait:
 	for _, f := range outs {
 		f.Close() // unblocks a reader still waiting on a held-open pipe
 	}
+	end := ExitEnd(st)
+	if !drained {
+		// A reader may be blocked on a full block log nobody acknowledges;
+		// only the end of the stream releases it.
+		select {
+		case <-readersDone:
+		case <-time.After(drainLast):
+			p.s.Finish(end)
+		}
+	}
 	<-readersDone
-	p.s.Finish(ExitEnd(st))
+	p.groupAlive()
+	p.s.Finish(end)
 }
 
 // copyOut reads a pipe into a log until EOF or until the pipe is closed.
@@ -140,24 +166,66 @@ func ExitEnd(st Status) stream.End {
 	return e
 }
 
-// terminate sends SIGTERM to the group and SIGKILL after KillGrace.
+// terminate sends SIGTERM to the group and SIGKILL after KillGrace, unless
+// the group is gone by then.
 func (p *process) terminate() {
 	p.termOnce.Do(func() {
-		p.m.reaper.Kill(p.pid, syscall.SIGTERM, true)
-		select {
-		case <-p.exited:
-			// Members of the group may outlive the leader.
-			t := time.NewTimer(KillGrace)
-			defer t.Stop()
-			<-t.C
-		case <-time.After(KillGrace):
+		p.killGroup(syscall.SIGTERM)
+		deadline := time.NewTimer(KillGrace)
+		defer deadline.Stop()
+		tick := time.NewTicker(groupPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-deadline.C:
+				p.killGroup(syscall.SIGKILL)
+				return
+			case <-tick.C:
+				if !p.groupAlive() {
+					return
+				}
+			}
 		}
-		p.m.reaper.Kill(p.pid, syscall.SIGKILL, true)
 	})
+}
+
+// groupAlive reports whether the process group may still have members and
+// its number is still this command's. While the leader lives (or is an
+// unreaped zombie) it is. After the leader's exit the number stays reserved
+// only while some member of the group or session lives; once none does, it
+// may be given to a new process, and a signal to the group would reach a
+// stranger. A process holding the number as its pid means exactly that; an
+// empty group means it may happen at any moment. Either way the group is
+// gone for good.
+func (p *process) groupAlive() bool {
+	if p.groupGone.Load() {
+		return false
+	}
+	select {
+	case <-p.exited:
+	default:
+		return true
+	}
+	if unix.Kill(p.pid, 0) != unix.ESRCH || unix.Kill(-p.pid, 0) == unix.ESRCH {
+		p.groupGone.Store(true)
+		return false
+	}
+	return true
+}
+
+// killGroup signals the process group if it is still this command's.
+func (p *process) killGroup(sig syscall.Signal) error {
+	if !p.groupAlive() {
+		return syscall.ESRCH
+	}
+	return p.m.reaper.Kill(p.pid, sig, true)
 }
 
 // Signal sends sig to the process group (or only the leader).
 func (p *process) Signal(sig syscall.Signal, group bool) error {
+	if p.s.Ended() != nil {
+		return errEnded(p.s.ID)
+	}
 	select {
 	case <-p.exited:
 		if !group {
@@ -165,7 +233,11 @@ func (p *process) Signal(sig syscall.Signal, group bool) error {
 		}
 	default:
 	}
-	if err := ignoreGone(p.m.reaper.Kill(p.pid, sig, group)); err != nil {
+	kill := func() error { return p.m.reaper.Kill(p.pid, sig, false) }
+	if group {
+		kill = func() error { return p.killGroup(sig) }
+	}
+	if err := ignoreGone(kill()); err != nil {
 		return wire.Errorf(wire.CodeInternal, "kill %d: %v", p.pid, err)
 	}
 	return nil

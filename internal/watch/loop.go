@@ -3,6 +3,7 @@ package watch
 import (
 	"errors"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"github.com/fsnotify/fsnotify"
@@ -125,6 +126,9 @@ func (m *Manager) vanished(parent, self *node, path, name string, op Op) {
 			m.movedAway.add(path)
 		}
 	}
+	if self != nil && m.stale(self, op) {
+		return // the event is about the directory that was here before
+	}
 	if self != nil {
 		why := msgRemoved
 		if op == OpRename {
@@ -222,4 +226,16 @@ func (r *recent) take(path string) bool {
 		}
 	}
 	return false
+}
+
+// stale reports whether a removal or rename event for the node's path was
+// about a directory that was there before the node's: the node's own is
+// still there. A removed directory never comes back; a renamed one may be
+// renamed back, but then fsnotify drops its inotify watch (on IN_MOVE_SELF)
+// and the node is dead, so that case is not stale.
+func (m *Manager) stale(n *node, op Op) bool {
+	if id, err := dirID(n.path); err != nil || id != n.id {
+		return false
+	}
+	return op == OpRemove || slices.Contains(m.fsw.WatchList(), n.path)
 }

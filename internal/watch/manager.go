@@ -192,12 +192,14 @@ func resolve(path string) (display, root string, err error) {
 		return "", "", wire.Errorf(wire.CodeBadRequest, "watch: path %q is not absolute", path)
 	}
 	display = filepath.Clean(path)
-	root, err = filepath.EvalSymlinks(display)
+	// The kernel's stat first: it reports a symlink loop as ELOOP, where
+	// EvalSymlinks only gives up with an untyped error.
+	var fi os.FileInfo
+	if fi, err = os.Stat(display); err == nil && !fi.IsDir() {
+		err = unix.ENOTDIR
+	}
 	if err == nil {
-		var fi os.FileInfo
-		if fi, err = os.Stat(root); err == nil && !fi.IsDir() {
-			err = unix.ENOTDIR
-		}
+		root, err = filepath.EvalSymlinks(display)
 	}
 	if err != nil {
 		return "", "", clientError(display, err, 0)

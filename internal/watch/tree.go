@@ -17,6 +17,7 @@ import (
 // whose events in that directory it carries, and released with the last.
 type node struct {
 	path    string
+	id      string // dirID of the directory when it was opened
 	watches map[*watch]struct{}
 	// subdirs names the child directories, watched or not: it says whether
 	// a removed or renamed child was a directory, and where the tree goes.
@@ -53,19 +54,30 @@ func (n *node) emit(op Op, path string, dir bool) {
 // added before the directory is read, so a child created in between is
 // either read here or reported by an event. entries is what was read, nil
 // when the node already existed.
+//
+// A node whose directory was removed (or moved away) and replaced at the
+// same path before its event was handled is stale: its watches end as they
+// would on that event, and a new node takes the path.
 func (m *Manager) open(dir string) (*node, []os.DirEntry, error) {
+	id, idErr := dirID(dir)
 	if n := m.nodes[dir]; n != nil {
-		return n, nil, nil
+		if idErr == nil && id == n.id {
+			return n, nil, nil
+		}
+		m.gone(dir, msgRemoved)
 	}
 	if err := m.fsw.Add(dir); err != nil {
 		return nil, nil, err
 	}
 	entries, err := os.ReadDir(dir)
+	if err == nil && idErr != nil {
+		err = idErr
+	}
 	if err != nil {
 		m.removeWatch(dir)
 		return nil, nil, err
 	}
-	n := &node{path: dir, watches: make(map[*watch]struct{}), subdirs: subdirsOf(entries)}
+	n := &node{path: dir, id: id, watches: make(map[*watch]struct{}), subdirs: subdirsOf(entries)}
 	m.nodes[dir] = n
 	if parent := m.nodes[filepath.Dir(dir)]; parent != nil && dir != "/" {
 		parent.subdirs[filepath.Base(dir)] = struct{}{}
