@@ -49,6 +49,7 @@ var errPortClash = errors.New("jupyter: kernel port taken by another process")
 // closes exited and then calls onExit.
 type instance struct {
 	pid           int
+	reaper        *proc.Reaper // started the process; signals its group
 	info          connInfo
 	interruptMsg  bool
 	dir           string
@@ -110,7 +111,7 @@ func (m *Manager) startInstance(ctx context.Context, ls launchSpec) (*instance, 
 		return nil, wire.Errorf(wire.CodeUnavailable, "start kernel %s: %v", ls.spec.Name, err)
 	}
 	inst := &instance{
-		pid: pid, info: info, interruptMsg: ls.spec.InterruptMode == interruptMessage, dir: dir,
+		pid: pid, reaper: m.reaper, info: info, interruptMsg: ls.spec.InterruptMode == interruptMessage, dir: dir,
 		log: ls.log.With(zap.Int("pid", pid)), onExit: ls.onExit,
 		dialed: make(chan struct{}), exited: make(chan struct{}), abandon: make(chan struct{}),
 		tail: &tailBuffer{max: outputTail}, outDone: make(chan struct{}), outputPipe: outR,
@@ -216,7 +217,7 @@ func (inst *instance) watch(exitCh <-chan proc.Status) {
 	}
 	inst.cancel()
 	// Children of the kernel (a shell command started from a cell) go with it.
-	signalGroup(inst.pid, unix.SIGKILL)
+	inst.signalGroup(unix.SIGKILL)
 	<-inst.dialed
 	if inst.conn != nil {
 		inst.conn.close()
@@ -244,7 +245,7 @@ func (inst *instance) copyOutput() {
 }
 
 // kill ends the process group now.
-func (inst *instance) kill() { signalGroup(inst.pid, unix.SIGKILL) }
+func (inst *instance) kill() { inst.signalGroup(unix.SIGKILL) }
 
 // killAndWait kills the group and waits for the teardown, giving up on a
 // reaper that never reports.
@@ -278,7 +279,7 @@ func (inst *instance) stop(ctx context.Context) {
 				inst.conn.send(chControl, m)
 			}
 		}, stopPolite},
-		{func() { signalGroup(inst.pid, unix.SIGTERM) }, stopTerm},
+		{func() { inst.signalGroup(unix.SIGTERM) }, stopTerm},
 		{inst.kill, stopKill},
 	}
 	for _, s := range steps {
@@ -309,7 +310,7 @@ func (inst *instance) interrupt() error {
 		_, err := inst.conn.request(ctx, chControl, "interrupt_request", struct{}{})
 		return err
 	}
-	return signalGroup(inst.pid, unix.SIGINT)
+	return inst.signalGroup(unix.SIGINT)
 }
 
 func (inst *instance) alive() bool {
@@ -321,10 +322,12 @@ func (inst *instance) alive() bool {
 	}
 }
 
-// signalGroup signals a kernel's process group; the kernel leads its own
-// session, so its pid is the group id. A group already gone is fine.
-func signalGroup(pid int, sig syscall.Signal) error {
-	if err := unix.Kill(-pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+// signalGroup signals the kernel's process group; the kernel leads its own
+// session, so its pid is the group id. Through the reaper, which refuses a
+// number another process took after the group emptied. A group already
+// gone is fine.
+func (inst *instance) signalGroup(sig syscall.Signal) error {
+	if err := inst.reaper.Kill(inst.pid, sig, true); err != nil && !errors.Is(err, unix.ESRCH) {
 		return err
 	}
 	return nil

@@ -97,17 +97,23 @@ func (r *Reaper) ForkExec(path string, argv []string, attr *syscall.ProcAttr) (i
 
 // Kill signals a process the reaper started, or its process group, but
 // the process alone only while it has not been reaped: after wait4 its pid
-// is free and may belong to someone else. A group stays reserved while any
-// member lives, so group signals go through even after the leader's exit.
+// is free and may belong to someone else. A group's number stays reserved
+// only while a member lives: after the leader was reaped, a process that
+// now holds the number as its pid is a stranger (a new group or session
+// leader has pid = pgid), and the group is treated as gone. While Kill
+// runs nothing is reaped, so members found alive stay ours.
 func (r *Reaper) Kill(pid int, sig syscall.Signal, group bool) error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if group {
-		return syscall.Kill(-pid, sig)
-	}
 	r.wmu.Lock()
 	_, live := r.waiters[pid]
 	r.wmu.Unlock()
+	if group {
+		if !live && syscall.Kill(pid, 0) != syscall.ESRCH {
+			return syscall.ESRCH
+		}
+		return syscall.Kill(-pid, sig)
+	}
 	if !live {
 		return syscall.ESRCH
 	}

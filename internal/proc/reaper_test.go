@@ -1,7 +1,10 @@
 package proc
 
 import (
+	"fmt"
+	"io"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,4 +49,79 @@ func TestReaperAndOOMScore(t *testing.T) {
 	if err := r.Kill(pid, syscall.SIGTERM, false); err != syscall.ESRCH {
 		t.Fatalf("Kill of a reaped pid: %v, want ESRCH", err)
 	}
+}
+
+// TestReaperGroupKillSparesReusedNumber: once a group's leader was reaped
+// and its number belongs to a stranger's new session (a process the reaper
+// did not start), a group kill of the old number reaches nobody.
+func TestReaperGroupKillSparesReusedNumber(t *testing.T) {
+	testManager(t) // starts the package's one reaper
+	r := sharedReaper
+	pid, status, err := r.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{Sys: &syscall.SysProcAttr{Setsid: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-status
+	stranger := strangerAtPid(t, r, pid)
+	defer syscall.Kill(stranger, syscall.SIGKILL)
+	if err := r.Kill(pid, syscall.SIGKILL, true); err != syscall.ESRCH {
+		t.Errorf("group kill of a reused number: %v, want ESRCH", err)
+	}
+	time.Sleep(200 * time.Millisecond) // a SIGKILL would have ended it by now
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", stranger)); err != nil || strings.Contains(string(b), ") Z ") {
+		t.Fatalf("the stranger holding the old number was killed: %q %v", b, err)
+	}
+}
+
+// strangerAtPid makes a process the reaper did not start take pid want as
+// the leader of a new session: a shell started at want-1 runs setsid sleep
+// in the background, which gets want (retried when another fork on the
+// machine takes a number first). It returns want.
+func strangerAtPid(t *testing.T, r *Reaper, want int) int {
+	t.Helper()
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	for range 50 {
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(want-2)), 0); err != nil {
+			t.Skipf("cannot choose the next pid here: %v", err)
+		}
+		pr, pw, _ := os.Pipe()
+		_, status, err := r.ForkExec("/bin/sh", []string{"sh", "-c", "setsid sleep 30 </dev/null >/dev/null 2>&1 & echo $!"},
+			&syscall.ProcAttr{Files: []uintptr{null.Fd(), pw.Fd(), pw.Fd()}})
+		pw.Close()
+		if err != nil {
+			pr.Close()
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(pr)
+		pr.Close()
+		<-status
+		got, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+		if got == want && leadsOwnGroup(want) {
+			return got
+		}
+		if got > 0 {
+			syscall.Kill(got, syscall.SIGKILL)
+		}
+	}
+	t.Skipf("pid %d was always taken by someone else", want)
+	return 0
+}
+
+// leadsOwnGroup waits until pid runs sleep as the leader of its own
+// process group (setsid has run and exec'd).
+func leadsOwnGroup(pid int) bool {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ppid pgrp ...
+		i := strings.LastIndexByte(string(b), ')')
+		f := strings.Fields(string(b)[i+1:])
+		if strings.Contains(string(b), "(sleep)") && len(f) > 2 && f[2] == strconv.Itoa(pid) {
+			return true
+		}
+	}
+	return false
 }
