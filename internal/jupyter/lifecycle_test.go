@@ -1,8 +1,11 @@
 package jupyter
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"os/user"
 	"slices"
 	"strings"
@@ -23,6 +26,7 @@ func TestCheckFindsStoppedKernel(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	waitStopped(t, pid)
 	defer syscall.Kill(pid, syscall.SIGCONT)
 
 	began := time.Now()
@@ -165,6 +169,7 @@ func TestSlowDefaultKernelIsKept(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	waitStopped(t, pid)
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	res := env.mgr.Check(ctx)
 	cancel()
@@ -282,4 +287,36 @@ func TestInterruptByMessage(t *testing.T) {
 	if e, ok := find(evs, "error"); !ok || e.Name != "KeyboardInterrupt" {
 		t.Fatalf("want KeyboardInterrupt, got %+v", evs)
 	}
+}
+
+// waitStopped waits until every thread of pid is stopped: a stop signal
+// is delivered when each thread next runs, and a thread that runs first
+// could still answer a check.
+func waitStopped(t testing.TB, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !allStopped(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d did not stop", pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		st := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(st) == 0 || (st[0] != "T" && st[0] != "t") {
+			return false
+		}
+	}
+	return true
 }

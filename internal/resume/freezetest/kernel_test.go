@@ -1,7 +1,10 @@
 package freezetest
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -128,6 +131,7 @@ func TestHungKernelAtResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := true
+	waitStopped(t, pid)
 	defer func() {
 		if stopped {
 			syscall.Kill(pid, syscall.SIGCONT)
@@ -156,4 +160,28 @@ func TestHungKernelAtResume(t *testing.T) {
 	if s := kernelState(a.health(t), first); s != "alive" {
 		t.Fatalf("kernel %s is %q after it ran a cell", first, s)
 	}
+}
+
+// waitStopped waits until every thread of pid is stopped: a stop signal
+// is delivered when each thread next runs, and a thread that runs first
+// could still answer the check.
+func waitStopped(t testing.TB, pid int) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("every thread of %d stopped", pid), func() bool {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil || len(tasks) == 0 {
+			return false
+		}
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if err != nil {
+				return false
+			}
+			st := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+			if len(st) == 0 || (st[0] != "T" && st[0] != "t") {
+				return false
+			}
+		}
+		return true
+	})
 }
