@@ -268,13 +268,19 @@ func (inst *instance) giveUp() {
 
 // stop ends the kernel politely if it can: shutdown_request on control,
 // then SIGTERM, then SIGKILL to its process group. It returns once the
-// instance is torn down or ctx is done.
-func (inst *instance) stop(ctx context.Context) {
+// instance is torn down or ctx is done. A kernel busy with a cell is
+// interrupted first: ipykernel acts on shutdown_request only once the
+// running cell is over, so a cell in a loop would cost the whole polite
+// wait and then a SIGTERM.
+func (inst *instance) stop(ctx context.Context, busy bool) {
 	steps := []struct {
 		do   func()
 		wait time.Duration
 	}{
 		{func() {
+			if busy {
+				inst.interruptNow()
+			}
 			if m, err := newMessage(inst.conn.session, "shutdown_request", nil, map[string]bool{"restart": false}); err == nil {
 				inst.conn.send(chControl, m)
 			}
@@ -311,6 +317,17 @@ func (inst *instance) interrupt() error {
 		return err
 	}
 	return inst.signalGroup(unix.SIGINT)
+}
+
+// interruptNow interrupts the running code without waiting for an answer.
+func (inst *instance) interruptNow() {
+	if !inst.interruptMsg {
+		inst.signalGroup(unix.SIGINT)
+		return
+	}
+	if m, err := newMessage(inst.conn.session, "interrupt_request", nil, struct{}{}); err == nil {
+		inst.conn.send(chControl, m)
+	}
 }
 
 func (inst *instance) alive() bool {

@@ -71,7 +71,7 @@ func (k *Kernel) start(ctx context.Context) (*instance, error) {
 		return nil, err
 	}
 	if !k.setInstance(inst) {
-		inst.stop(ctx)
+		inst.stop(ctx, false)
 		return nil, k.errShutDuringStart()
 	}
 	return inst, nil
@@ -158,6 +158,7 @@ func (k *Kernel) restart(ctx context.Context) error {
 	if old != nil {
 		old.stopping = true
 	}
+	busy := k.exec == StateBusy
 	k.inst, k.exec, k.died, k.lost = nil, StateStarting, "", false
 	running, queued := k.takeCellsLocked()
 	k.mu.Unlock()
@@ -170,7 +171,7 @@ func (k *Kernel) restart(ctx context.Context) error {
 	}
 	k.publishStatus("restarting")
 	if old != nil {
-		old.stop(ctx)
+		old.stop(ctx, busy || running != nil)
 	}
 	inst, err := k.launch(ctx)
 	if err != nil {
@@ -178,7 +179,7 @@ func (k *Kernel) restart(ctx context.Context) error {
 		return err
 	}
 	if !k.setInstance(inst) {
-		inst.stop(ctx)
+		inst.stop(ctx, false)
 		return wire.Errorf(wire.CodeNotFound, "kernel %s was shut down", k.id)
 	}
 	return nil
@@ -232,6 +233,7 @@ func (k *Kernel) close(ctx context.Context, cellEnd stream.End) {
 		k.cancelLaunch()
 	}
 	running, queued := k.takeCellsLocked()
+	busy := running != nil || k.exec == StateBusy
 	relays := k.relays
 	k.relays = map[*Relay]struct{}{}
 	k.mu.Unlock()
@@ -251,7 +253,7 @@ func (k *Kernel) close(ctx context.Context, cellEnd stream.End) {
 	}
 	k.mu.Unlock()
 	if inst != nil {
-		inst.stop(ctx)
+		inst.stop(ctx, busy)
 	}
 	k.opMu.Unlock()
 	closed := stream.End{Reason: stream.ReasonClosed, Message: fmt.Sprintf("kernel %s was shut down", k.id)}

@@ -320,3 +320,33 @@ func allStopped(pid int) bool {
 	}
 	return true
 }
+
+// TestBusyKernelStopsPolitely: restarting or shutting down a kernel whose
+// cell loops interrupts the cell first, so the kernel exits on its
+// shutdown_request instead of waiting that out and getting SIGTERM.
+func TestBusyKernelStopsPolitely(t *testing.T) {
+	t.Parallel()
+	k := startKernel(t)
+	for _, op := range []string{"restart", "shutdown"} {
+		execute(t, k.ID(), "while True: pass", 0, false)
+		waitState(t, k.ID(), StateBusy)
+		k.mu.Lock()
+		inst := k.inst
+		k.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		var err error
+		if op == "restart" {
+			err = env.mgr.Restart(ctx, k.ID())
+		} else {
+			err = env.mgr.Shutdown(ctx, k.ID())
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		<-inst.exited
+		if w := inst.status.Wait; !inst.statusWasSeen || w.Signaled() {
+			t.Errorf("%s of a busy kernel: it ended by %v (seen %v), not on its shutdown_request", op, describeExit(inst.status), inst.statusWasSeen)
+		}
+	}
+}
