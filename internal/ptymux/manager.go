@@ -149,7 +149,9 @@ func (m *Manager) spawn(res proc.Resolved, master, slave *os.File, cols, rows ui
 	if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.ENOMEM) {
 		return nil, wire.Errorf(wire.CodeLimit, "cannot start %s: %v", res.Path, err)
 	} else if err != nil {
-		return nil, wire.Errorf(wire.CodeBadRequest, "cannot start %s: %v", res.Path, err)
+		// The child's chdir, setuid and exec all fail the same way, so
+		// the message names everything the client chose.
+		return nil, wire.Errorf(wire.CodeBadRequest, "cannot start %s as user %q in %q: %v", res.Path, res.User, res.Dir, err)
 	}
 	p := newPTY(pid, m.reaper, master, cols, rows, m.log)
 	capacity := o.Buffer

@@ -95,7 +95,14 @@ func (p *PTY) Signal(sig syscall.Signal, group bool) error {
 	var err error
 	if group {
 		target = -p.foregroundLocked()
-		err = unix.Kill(target, sig)
+		if -target == p.pid {
+			// The program's own group: through the reaper, which refuses
+			// the number if the program was reaped a moment ago and
+			// another process took it.
+			err = p.reaper.Kill(p.pid, sig, true)
+		} else {
+			err = unix.Kill(target, sig)
+		}
 	} else {
 		err = p.reaper.Kill(p.pid, sig, false)
 	}

@@ -1,6 +1,7 @@
 package resume
 
 import (
+	"cmp"
 	"os"
 	"strconv"
 	"strings"
@@ -113,21 +114,81 @@ func abs(d time.Duration) time.Duration {
 	return d
 }
 
-type systemClocks struct{}
+// systemClocks reads the real clocks. Each offset comes from two clocks
+// read one after the other: a thread descheduled between the two reads (a
+// loaded machine) would see the delay as a jump, so each pair is read
+// again when too much time passed within it.
+type systemClocks struct {
+	rtc   string         // the RTC's since_epoch file; "" is rtcPath
+	pause func(pair int) // tests: runs inside pair 0 (boot) and 1 (RTC)
+}
 
-func (systemClocks) Read() (time.Duration, bool, time.Duration) {
-	var mono, boot unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono)
-	unix.ClockGettime(unix.CLOCK_BOOTTIME, &boot)
-	bootOff := time.Duration(boot.Nano() - mono.Nano())
-	b, err := os.ReadFile(rtcPath)
-	now := time.Now()
-	if err != nil {
-		return 0, false, bootOff
+const (
+	// clockPairGap is how far apart two reads of one offset may be; the
+	// RTC read goes through the CMOS and can take some milliseconds.
+	clockPairGap = 250 * time.Millisecond
+	// clockPairTries bounds the re-reads; the best pair is used after.
+	clockPairTries = 5
+)
+
+func (c systemClocks) Read() (time.Duration, bool, time.Duration) {
+	rtc, ok := c.rtcOffset()
+	return rtc, ok, c.bootOffset()
+}
+
+func (c systemClocks) between(pair int) {
+	if c.pause != nil {
+		c.pause(pair)
 	}
-	sec, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return 0, false, bootOff
+}
+
+// bootOffset returns BOOTTIME minus MONOTONIC, from the pair of reads
+// closest together.
+func (c systemClocks) bootOffset() time.Duration {
+	var best, bestGap time.Duration
+	for i := range clockPairTries {
+		m1 := clockNow(unix.CLOCK_MONOTONIC)
+		c.between(0)
+		boot := clockNow(unix.CLOCK_BOOTTIME)
+		m2 := clockNow(unix.CLOCK_MONOTONIC)
+		if gap := m2 - m1; i == 0 || gap < bestGap {
+			best, bestGap = boot-m1, gap
+		}
+		if bestGap < clockPairGap {
+			break
+		}
 	}
-	return time.Unix(sec, 0).Sub(now), true, bootOff
+	return best
+}
+
+// rtcOffset returns the RTC minus CLOCK_REALTIME, from the pair of reads
+// closest together; false without a readable RTC.
+func (c systemClocks) rtcOffset() (time.Duration, bool) {
+	var best, bestGap time.Duration
+	for i := range clockPairTries {
+		before := time.Now()
+		b, err := os.ReadFile(cmp.Or(c.rtc, rtcPath))
+		c.between(1)
+		now := time.Now()
+		if err != nil {
+			return 0, false
+		}
+		sec, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		if gap := now.Sub(before); i == 0 || gap < bestGap {
+			best, bestGap = time.Unix(sec, 0).Sub(now), gap
+		}
+		if bestGap < clockPairGap {
+			break
+		}
+	}
+	return best, true
+}
+
+func clockNow(id int32) time.Duration {
+	var ts unix.Timespec
+	unix.ClockGettime(id, &ts)
+	return time.Duration(ts.Nano())
 }

@@ -1,9 +1,13 @@
 package resume
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -260,5 +264,112 @@ func TestKernelLostThenDeadIsReportedOnce(t *testing.T) {
 	k.mu.Unlock()
 	if s := m.Resume(context.Background(), Report{Source: SourceHost}); s.KernelStateLost {
 		t.Fatalf("a kernel reported lost at the previous resume is reported again: %+v", s)
+	}
+}
+
+// A thread descheduled between the two reads of an offset, as on a loaded
+// machine, must not look like a restore: the detector keeps quiet.
+func TestLoadedMachineIsNotAClockJump(t *testing.T) {
+	t.Parallel()
+	rtc := filepath.Join(t.TempDir(), "since_epoch")
+	tickRTC := func() {
+		os.WriteFile(rtc, []byte(strconv.FormatInt(time.Now().Unix(), 10)+"\n"), 0o600)
+	}
+	tickRTC()
+	var stall [2]atomic.Bool
+	clocks := systemClocks{rtc: rtc, pause: func(pair int) {
+		if stall[pair].CompareAndSwap(true, false) { // once in each pair
+			time.Sleep(clockThreshold + 200*time.Millisecond)
+			tickRTC()
+		}
+	}}
+	if _, ok, _ := clocks.Read(); !ok {
+		t.Fatal("the test RTC is not read")
+	}
+	var fired atomic.Int32
+	d := watchClocks(clocks, time.Hour, func() { fired.Add(1) }) // checked by hand below
+	defer d.Close()
+	stall[0].Store(true)
+	stall[1].Store(true)
+	if d.Check() || fired.Load() != 0 {
+		t.Fatal("a stalled read of the clocks was taken for a restore")
+	}
+	// A real jump is still seen.
+	os.WriteFile(rtc, []byte(strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10)+"\n"), 0o600)
+	if !d.Check() {
+		t.Fatal("a 60 s RTC jump was not seen")
+	}
+}
+
+// A damaged state file (a torn write, zeroes after a crash, an empty JSON
+// value) is an error naming the file, never a silent reset of the
+// generation, and the file is left for the operator.
+func TestDamagedStateIsAnErrorAndKept(t *testing.T) {
+	good, err := json.Marshal(persisted{Generation: 7, BootID: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string][]byte{
+		"torn":   good[:len(good)/2],
+		"empty":  {},
+		"zeroes": make([]byte, 64),
+		"null":   []byte("null"),
+		"object": []byte("{}"),
+		"no gen": []byte(`{"boot_id":"b","kernels":[]}`),
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, stateFile)
+			os.WriteFile(path, body, 0o600)
+			m, err := New(Options{StateDir: dir})
+			if err == nil {
+				t.Fatalf("damaged state %q accepted: generation %d", body, m.Generation())
+			}
+			if !strings.Contains(err.Error(), path) {
+				t.Fatalf("error %q does not name %s", err, path)
+			}
+			if b, _ := os.ReadFile(path); !bytes.Equal(b, body) {
+				t.Fatalf("the damaged file was rewritten to %q", b)
+			}
+		})
+	}
+}
+
+// Saves replace the file whole and leave no temporary file behind; a
+// failed save keeps the previous state.
+func TestStateSaveIsAtomic(t *testing.T) {
+	dir := t.TempDir()
+	m, err := New(Options{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for range 20 {
+				m.SaveKernels([]string{"k" + strconv.Itoa(i)})
+			}
+		})
+	}
+	for range 200 {
+		if _, _, err := loadState(dir); err != nil {
+			t.Fatalf("a reader saw a partial state: %v", err)
+		}
+	}
+	wg.Wait()
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Fatalf("state dir holds %d files, want only %s", len(ents), stateFile)
+	}
+	// A directory in the way of the temporary file's rename: the save
+	// fails and the old state stays.
+	os.Remove(filepath.Join(dir, stateFile))
+	os.Mkdir(filepath.Join(dir, stateFile), 0o700)
+	os.WriteFile(filepath.Join(dir, stateFile, "x"), nil, 0o600)
+	if err := saveState(dir, persisted{Generation: 9, BootID: "b"}); err == nil {
+		t.Fatal("save over a directory succeeded")
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("a failed save left %d files", len(ents))
 	}
 }

@@ -51,8 +51,18 @@ func loadState(dir string) (persisted, bool, error) {
 	if err != nil {
 		return p, false, err
 	}
+	// Every save writes both fields: a file without them ("null", "{}")
+	// is damaged, and reading it as generation 0 would reset it silently.
+	var check struct {
+		Generation *uint64 `json:"generation"`
+		BootID     *string `json:"boot_id"`
+	}
+	if err := json.Unmarshal(b, &check); err == nil && (check.Generation == nil || check.BootID == nil) {
+		err = errors.New("generation or boot_id missing")
+		return p, false, fmt.Errorf("%s is damaged (%w); remove it to start over from generation 0", filepath.Join(dir, stateFile), err)
+	}
 	if err := json.Unmarshal(b, &p); err != nil {
-		return p, false, fmt.Errorf("%s: %w", filepath.Join(dir, stateFile), err)
+		return p, false, fmt.Errorf("%s is damaged (%w); remove it to start over from generation 0", filepath.Join(dir, stateFile), err)
 	}
 	return p, true, nil
 }

@@ -2,6 +2,7 @@ package resume
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 
@@ -42,6 +43,11 @@ func (l *UeventListener) loop() {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := l.f.Read(buf)
+		if errors.Is(err, unix.ENOBUFS) {
+			// A burst of uevents overflowed the socket: some were lost,
+			// but the socket still works and the next ones count.
+			continue
+		}
 		if err != nil {
 			return
 		}

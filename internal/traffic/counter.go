@@ -16,35 +16,59 @@ import (
 const MinIdleSeconds = 60
 
 // Counter is safe for concurrent use; the zero value is not: use NewCounter.
+//
+// Idle time is measured on the monotonic clock: the wall clock is stepped
+// by the host after a resume (often after the resume reset the idle
+// clock), and a step forward must not make a freshly resumed sandbox idle.
 type Counter struct {
-	in, out atomic.Uint64
-	last    atomic.Int64 // unix ns of the last counted byte
-	conns   atomic.Int64
-	maxIdle atomic.Int64 // seconds; 0 means no idle policy
-	now     func() time.Time
+	in, out  atomic.Uint64
+	last     atomic.Int64 // unix ns (wall) of the last counted byte, for reports
+	lastMono atomic.Int64 // monotonic ns of the last counted byte, for idleness
+	conns    atomic.Int64
+	maxIdle  atomic.Int64         // seconds; 0 means no idle policy
+	now      func() time.Time     // wall clock
+	mono     func() time.Duration // monotonic clock, from any fixed origin
 }
 
 // NewCounter starts counting; the last activity starts now.
 func NewCounter() *Counter {
-	c := &Counter{now: time.Now}
-	c.last.Store(c.now().UnixNano())
+	origin := time.Now()
+	c := &Counter{now: time.Now, mono: func() time.Duration { return time.Since(origin) }}
+	c.Touch()
 	return c
 }
 
-// In counts n bytes received.
+// In counts n bytes received; n <= 0 counts nothing.
 func (c *Counter) In(n int) {
+	if n <= 0 {
+		return
+	}
 	c.in.Add(uint64(n))
-	c.last.Store(c.now().UnixNano())
+	c.Touch()
 }
 
-// Out counts n bytes sent.
+// Out counts n bytes sent; n <= 0 counts nothing.
 func (c *Counter) Out(n int) {
+	if n <= 0 {
+		return
+	}
 	c.out.Add(uint64(n))
-	c.last.Store(c.now().UnixNano())
+	c.Touch()
 }
 
 // Touch resets the idle clock without counting bytes (a resume does this).
-func (c *Counter) Touch() { c.last.Store(c.now().UnixNano()) }
+// Concurrent callers never move the idle clock back; the reported wall
+// time follows the wall clock, steps included.
+func (c *Counter) Touch() {
+	storeMax(&c.lastMono, int64(c.mono()))
+	c.last.Store(c.now().UnixNano())
+}
+
+// storeMax raises v to x unless it is already higher.
+func storeMax(v *atomic.Int64, x int64) {
+	for old := v.Load(); x > old && !v.CompareAndSwap(old, x); old = v.Load() {
+	}
+}
 
 // ConnOpened and ConnClosed track open websocket connections.
 func (c *Counter) ConnOpened() { c.conns.Add(1) }
@@ -80,12 +104,11 @@ type IdlePolicy struct {
 
 // Snapshot reads the counters.
 func (c *Counter) Snapshot() Snapshot {
-	last := c.last.Load()
 	s := Snapshot{
 		BytesIn:            c.in.Load(),
 		BytesOut:           c.out.Load(),
-		LastActivityUnixMs: last / 1e6,
-		IdleMs:             max(c.now().UnixNano()-last, 0) / 1e6,
+		LastActivityUnixMs: c.last.Load() / 1e6,
+		IdleMs:             max(int64(c.mono())-c.lastMono.Load(), 0) / 1e6,
 		Connections:        c.conns.Load(),
 	}
 	if m := c.maxIdle.Load(); m > 0 {

@@ -8,11 +8,12 @@ import (
 	"time"
 )
 
-// fakeNow is a settable clock, so a 60 s idle policy can be tested
-// without waiting a minute.
+// fakeNow is a settable wall and monotonic clock, so a 60 s idle policy
+// can be tested without waiting a minute.
 type fakeNow struct {
-	mu sync.Mutex
-	t  time.Time
+	mu      sync.Mutex
+	t       time.Time
+	elapsed time.Duration
 }
 
 func (f *fakeNow) now() time.Time {
@@ -21,16 +22,31 @@ func (f *fakeNow) now() time.Time {
 	return f.t
 }
 
+func (f *fakeNow) mono() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.elapsed
+}
+
+// advance lets time pass: both clocks move.
 func (f *fakeNow) advance(d time.Duration) {
+	f.mu.Lock()
+	f.t = f.t.Add(d)
+	f.elapsed += d
+	f.mu.Unlock()
+}
+
+// step sets the wall clock, as the host does after a resume; no time passes.
+func (f *fakeNow) step(d time.Duration) {
 	f.mu.Lock()
 	f.t = f.t.Add(d)
 	f.mu.Unlock()
 }
 
 func newFakeCounter() (*Counter, *fakeNow) {
-	clock := &fakeNow{t: time.Unix(1_800_000_000, 0)}
-	c := &Counter{now: clock.now}
-	c.last.Store(clock.now().UnixNano())
+	clock := &fakeNow{t: time.Unix(1_800_000_000, 0), elapsed: time.Hour}
+	c := &Counter{now: clock.now, mono: clock.mono}
+	c.Touch()
 	return c, clock
 }
 
@@ -111,4 +127,124 @@ func TestIdleHookRunsOncePerIdlePeriod(t *testing.T) {
 	waitRuns(1)
 	clock.advance(61 * time.Second)
 	waitRuns(2)
+}
+
+// The host sets the wall clock after a resume, often after the resume
+// already reset the idle clock: a step forward by the time the sandbox was
+// suspended must not make it idle (and run the hook) at once, and a step
+// back must not keep it awake.
+func TestWallClockStepIsNotIdleTime(t *testing.T) {
+	c, clock := newFakeCounter()
+	c.SetMaxIdle(60)
+	c.Touch() // the resume
+	clock.step(3 * time.Hour)
+	if s := c.Snapshot(); s.Idle || s.IdleMs != 0 {
+		t.Fatalf("a wall clock step forward counted as idle time: %+v", s)
+	}
+	clock.advance(30 * time.Second)
+	c.In(3)
+	clock.step(-5 * time.Hour)
+	clock.advance(61 * time.Second)
+	if s := c.Snapshot(); !s.Idle || s.IdleMs != 61000 {
+		t.Fatalf("not idle 61 s after the last byte, across a step back: %+v", s)
+	}
+}
+
+// Counters and the idle clock never go backwards, whatever callers pass
+// and however they race.
+func TestCountersNeverGoBackwards(t *testing.T) {
+	c, clock := newFakeCounter()
+	c.In(5)
+	c.Out(7)
+	c.In(-3)
+	c.Out(-1 << 40)
+	if s := c.Snapshot(); s.BytesIn != 5 || s.BytesOut != 7 {
+		t.Fatalf("negative counts changed the counters: %+v", s)
+	}
+	c.SetMaxIdle(60)
+	clock.advance(61 * time.Second)
+	c.In(0) // no byte: not activity
+	if !c.Snapshot().Idle {
+		t.Fatal("an empty message reset the idle clock")
+	}
+
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				clock.advance(time.Millisecond)
+				c.In(1)
+				c.Out(2)
+			}
+		})
+	}
+	var prev Snapshot
+	for range 2000 {
+		s := c.Snapshot()
+		if s.BytesIn < prev.BytesIn || s.BytesOut < prev.BytesOut {
+			t.Fatalf("counters went backwards: %+v after %+v", s, prev)
+		}
+		prev = s
+	}
+	close(stop)
+	wg.Wait()
+	before := c.lastMono.Load()
+	// A caller that read the clock before another one stored a later time.
+	stale := before - int64(time.Second)
+	storeMax(&c.lastMono, stale)
+	if c.lastMono.Load() != before {
+		t.Fatalf("a late store moved the idle clock back: %d to %d (stale %d)", before, c.lastMono.Load(), stale)
+	}
+}
+
+// A hook that hangs does not stop counting nor the watcher, and the next
+// idle period gets its own run.
+func TestHangingHookBlocksNothing(t *testing.T) {
+	c, clock := newFakeCounter()
+	c.SetMaxIdle(60)
+	release := make(chan struct{})
+	var runs atomic.Int32
+	w := watchIdle(c, 5*time.Millisecond, func(Snapshot) {
+		runs.Add(1)
+		<-release
+	})
+	defer func() {
+		close(release)
+		w.Close()
+	}()
+	clock.advance(61 * time.Second)
+	waitFor(t, func() bool { return runs.Load() == 1 })
+	c.In(10)
+	if s := c.Snapshot(); s.BytesIn != 10 || s.Idle {
+		t.Fatalf("counting while the hook hangs: %+v", s)
+	}
+	// The watcher must see the activity between the idle periods; on a
+	// loaded machine it may miss a short one, so try again until it ran.
+	deadline := time.Now().Add(10 * time.Second)
+	for runs.Load() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("hook ran %d times over two idle periods", runs.Load())
+		}
+		c.In(1)
+		time.Sleep(50 * time.Millisecond)
+		clock.advance(61 * time.Second)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition never held")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
