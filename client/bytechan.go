@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"io"
 	"sync"
 )
@@ -25,7 +26,7 @@ type byteChan struct {
 	h        *handle
 	name     string
 	ackEvery uint64 // consumed bytes that trigger an immediate ack
-	limit    int    // most bytes the window lets the agent have buffered here; 0: none
+	limit    int    // most bytes one attachment's window lets the agent have buffered here; 0: none
 
 	mu       sync.Mutex
 	cond     sync.Cond
@@ -33,6 +34,7 @@ type byteChan struct {
 	head     int    // index of the oldest unconsumed byte
 	size     int    // published, unconsumed bytes
 	received uint64 // offset of the next byte expected from the agent
+	base     uint64 // received when the current attachment began
 	consumed uint64 // offset of the next byte the application gets
 	ackReq   uint64 // consumed at the last ack request
 	gaps     []gapMark
@@ -41,14 +43,14 @@ type byteChan struct {
 }
 
 func newByteChan(h *handle, name string, from uint64, window int) *byteChan {
-	b := &byteChan{h: h, name: name, received: from, consumed: from, ackReq: from}
+	b := &byteChan{h: h, name: name, received: from, base: from, consumed: from, ackReq: from}
 	b.cond.L = &b.mu
 	b.ackEvery = defaultWindow / 2
 	if window > 0 {
 		b.ackEvery = uint64(max(window/2, 1))
-		// After a reattach the old window's bytes may still be buffered
-		// beside a new window's; beyond that the agent broke the window.
-		b.limit = 2*window + maxPayload
+		// Bytes of earlier attachments do not count (see oldLocked); a
+		// frame of slack keeps this a guard, not a second flow control.
+		b.limit = window + maxPayload
 	}
 	return b
 }
@@ -80,13 +82,37 @@ func (b *byteChan) receive(off uint64, prefix []byte, r io.Reader) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.limit > 0 && b.size+pend > b.limit {
-		return protocolErrorf("stream %d %s: %d bytes unacknowledged, beyond the window", b.h.id, b.name, b.size+pend)
+	if n := b.size + pend - b.oldLocked(); b.limit > 0 && n > b.limit {
+		return protocolErrorf("stream %d %s: %d bytes unacknowledged, beyond the window", b.h.id, b.name, n)
 	}
 	b.size += pend
 	b.received += uint64(pend)
 	b.cond.Broadcast()
 	return nil
+}
+
+// reattached starts a new attachment's window count at what was received:
+// attaching from there acknowledges it, so each reattach lets the agent
+// send a window more while older bytes may still wait unread.
+func (b *byteChan) reattached() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.base = b.received
+}
+
+// oldLocked is how many buffered bytes arrived before the current
+// attachment: the offsets below base not consumed yet, less gaps.
+func (b *byteChan) oldLocked() int {
+	if b.consumed >= b.base {
+		return 0
+	}
+	n := b.base - b.consumed
+	for _, g := range b.gaps {
+		if g.to <= b.base {
+			n -= g.to - g.from
+		}
+	}
+	return int(n)
 }
 
 // reserve returns free room after the published bytes and the pend bytes
@@ -251,13 +277,17 @@ func (b *byteChan) WriteTo(w io.Writer) (int64, error) {
 	}
 }
 
-// pump hands the channel's bytes to fn until the channel ends. A gap is
-// skipped (it is recorded in the handle's Gaps). The slice passed to fn is
-// only valid during the call.
+// pump hands the channel's bytes to fn until the channel ends, or until
+// the client closes (what is still buffered then is not handed over). A
+// gap is skipped (it is recorded in the handle's Gaps). The slice passed
+// to fn is only valid during the call.
 func (b *byteChan) pump(fn func([]byte)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for {
+		if errors.Is(b.err, ErrClosed) {
+			return
+		}
 		seg, gap, err := b.nextLocked()
 		switch {
 		case gap != nil:

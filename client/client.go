@@ -42,6 +42,15 @@ type Options struct {
 	ReconnectTimeout time.Duration
 	// WriteTimeout bounds one frame write; DefaultWriteTimeout if 0.
 	WriteTimeout time.Duration
+	// PingInterval, when positive, has a websocket ping check the
+	// connection that often; one unanswered for that long drops it and the
+	// client reconnects, so a route that died without a reset (a stalled
+	// proxy, a NAT timeout) is noticed. Off by default: a paused sandbox
+	// answers no ping, and with pings a pause longer than the interval
+	// plus ReconnectTimeout ends the client's handles, where without them
+	// the connection waits for the resume. Pings are not traffic: they
+	// never keep an idle sandbox awake.
+	PingInterval time.Duration
 	// OnError receives error events the agent does not tie to a stream or
 	// request (such as a frame it could not parse). It runs on the
 	// connection's reader goroutine: keep it short.
@@ -279,7 +288,11 @@ func (c *Client) call(ctx context.Context, op string, params any, o callOpts) (j
 		if err := cn.writeText(request(id, op, body)); err != nil {
 			c.mu.Lock()
 			delete(c.pending, id)
+			closed := c.closed
 			c.mu.Unlock()
+			if closed {
+				return nil, ErrClosed
+			}
 			if !o.retry {
 				return nil, fmt.Errorf("%w: %s not sent: %w", ErrConnectionLost, op, err)
 			}

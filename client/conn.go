@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/coder/websocket"
 	"go.uber.org/zap"
@@ -33,6 +34,7 @@ type conn struct {
 	c    *Client
 	ws   *websocket.Conn
 	gen  uint64
+	done chan struct{}            // closed when the reader ended
 	hdr  [wire.MaxDataHeader]byte // reader goroutine: head of a data frame
 	text []byte                   // reader goroutine: one control frame
 }
@@ -96,7 +98,7 @@ func (c *Client) dial(ctx context.Context) (*conn, error) {
 		ws.CloseNow()
 		return nil, fmt.Errorf("client: agent speaks protocol %d, this client 1", h.Protocol)
 	}
-	return &conn{c: c, ws: ws, gen: h.Generation}, nil
+	return &conn{c: c, ws: ws, gen: h.Generation, done: make(chan struct{})}, nil
 }
 
 // install makes cn the current connection and starts its reader; false
@@ -111,9 +113,37 @@ func (c *Client) install(cn *conn) bool {
 	c.cur, c.gen = cn, cn.gen
 	c.changedLocked()
 	c.wg.Add(1)
+	if c.opts.PingInterval > 0 {
+		c.wg.Add(1)
+		go c.heartbeat(cn)
+	}
 	c.mu.Unlock()
 	go c.readLoop(cn)
 	return true
+}
+
+// heartbeat pings cn until its reader ends. Without it a route that died
+// silently (no reset, as a stalled proxy or NAT does) would hold every
+// handle and call forever; dropping cn makes the client reconnect.
+func (c *Client) heartbeat(cn *conn) {
+	defer c.wg.Done()
+	t := time.NewTicker(c.opts.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-cn.done:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.PingInterval)
+		err := cn.ws.Ping(ctx) // the reader takes the pong
+		cancel()
+		if err != nil {
+			c.log.Debug("ping unanswered: dropping the connection", zap.Error(err))
+			cn.ws.CloseNow()
+			return
+		}
+	}
 }
 
 func (cn *conn) write(typ websocket.MessageType, msg []byte) error {
@@ -144,6 +174,7 @@ func (c *Client) readLoop(cn *conn) {
 		}
 	}
 	cn.ws.CloseNow()
+	close(cn.done)
 	c.connLost(cn, err)
 }
 
@@ -261,6 +292,9 @@ func (c *Client) connLost(cn *conn, cause error) {
 	c.mu.Unlock()
 	c.log.Debug("connection lost", zap.Int("close_code", int(websocket.CloseStatus(cause))), zap.Error(cause))
 	err := fmt.Errorf("%w: %w", ErrConnectionLost, cause)
+	if closed {
+		err = ErrClosed // Close cut it: a retry would be pointless
+	}
 	for _, p := range ps {
 		p.fail(err)
 	}

@@ -14,12 +14,13 @@ type eventChan struct {
 	h        *handle
 	name     string
 	ackEvery uint64
-	limit    int // most events the window lets the agent have buffered; 0: none
+	limit    int // most events one attachment's window lets the agent have buffered; 0: none
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced on every push, gap or finish
 	queue    [][]byte
 	received uint64 // seq of the last event received (0: none)
+	base     uint64 // received when the current attachment began
 	consumed uint64 // seq of the last event the application took
 	ackReq   uint64
 	gaps     []gapMark // seq ranges [from, to)
@@ -27,11 +28,11 @@ type eventChan struct {
 }
 
 func newEventChan(h *handle, name string, from uint64, window int) *eventChan {
-	e := &eventChan{h: h, name: name, received: from, consumed: from, ackReq: from, changed: make(chan struct{})}
+	e := &eventChan{h: h, name: name, received: from, base: from, consumed: from, ackReq: from, changed: make(chan struct{})}
 	events := defaultWindow / 256
 	if window > 0 {
 		events = max(window/256, 1)
-		e.limit = 2 * events
+		e.limit = events + 1 // as byteChan: one event of slack
 	}
 	e.ackEvery = uint64(max(events/2, 1))
 	return e
@@ -49,13 +50,35 @@ func (e *eventChan) push(seq uint64, raw []byte) error {
 	if seq != e.received+1 {
 		return protocolErrorf("stream %d %s: event seq %d, expected %d", e.h.id, e.name, seq, e.received+1)
 	}
-	if e.limit > 0 && len(e.queue) >= e.limit {
-		return protocolErrorf("stream %d %s: %d events unacknowledged, beyond the window", e.h.id, e.name, len(e.queue)+1)
+	if n := len(e.queue) + 1 - e.oldLocked(); e.limit > 0 && n > e.limit {
+		return protocolErrorf("stream %d %s: %d events unacknowledged, beyond the window", e.h.id, e.name, n)
 	}
 	e.queue = append(e.queue, raw)
 	e.received = seq
 	e.notifyLocked()
 	return nil
+}
+
+// reattached follows byteChan.reattached.
+func (e *eventChan) reattached() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.base = e.received
+}
+
+// oldLocked is how many queued events arrived before the current
+// attachment.
+func (e *eventChan) oldLocked() int {
+	if e.consumed >= e.base {
+		return 0
+	}
+	n := e.base - e.consumed
+	for _, g := range e.gaps {
+		if g.to-1 <= e.base {
+			n -= g.to - g.from
+		}
+	}
+	return int(n)
 }
 
 // gap records that seqs [from, to) are gone.

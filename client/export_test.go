@@ -7,3 +7,14 @@ func PendingCalls(c *Client) int {
 	defer c.mu.Unlock()
 	return len(c.pending)
 }
+
+// Buffered reports how many bytes of a process's channel ("stdout",
+// "stderr") arrived and wait to be consumed.
+func Buffered(p *Process, channel string) int {
+	for _, b := range p.h.bytes {
+		if b != nil && b.name == channel {
+			return b.buffered()
+		}
+	}
+	return -1
+}

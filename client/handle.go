@@ -106,6 +106,20 @@ func (h *handle) cursors(consumed bool) map[string]uint64 {
 	return m
 }
 
+// reattached starts every channel's window count anew, before an attach
+// from the received cursors. No frame of h arrives meanwhile: its old
+// connection is gone and the new one is not attached yet.
+func (h *handle) reattached() {
+	for _, b := range h.bytes {
+		if b != nil {
+			b.reattached()
+		}
+	}
+	if h.events != nil {
+		h.events.reattached()
+	}
+}
+
 func pick(first bool, a, b uint64) uint64 {
 	if first {
 		return a

@@ -209,6 +209,7 @@ type tcpProxy struct {
 	swallow atomic.Bool
 	mu      sync.Mutex
 	conns   []net.Conn
+	stalls  []*atomic.Bool // per connection: forward nothing any more
 	wg      sync.WaitGroup
 }
 
@@ -242,21 +243,23 @@ func (p *tcpProxy) accept() {
 			down.Close()
 			continue
 		}
+		stalled := new(atomic.Bool)
 		p.mu.Lock()
 		p.conns = append(p.conns, down, up)
+		p.stalls = append(p.stalls, stalled)
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(up, down, &p.swallow)
-		go p.pipe(down, up, nil)
+		go p.pipe(up, down, &p.swallow, stalled)
+		go p.pipe(down, up, stalled, stalled)
 	}
 }
 
-func (p *tcpProxy) pipe(dst, src net.Conn, swallow *atomic.Bool) {
+func (p *tcpProxy) pipe(dst, src net.Conn, swallow, stalled *atomic.Bool) {
 	defer p.wg.Done()
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && (swallow == nil || !swallow.Load()) {
+		if n > 0 && !swallow.Load() && !stalled.Load() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				break
 			}
@@ -269,6 +272,17 @@ func (p *tcpProxy) pipe(dst, src net.Conn, swallow *atomic.Bool) {
 	src.Close()
 }
 
+// stall makes every connection through the proxy go silent both ways
+// without closing it, as a route that died without a reset; new
+// connections still work.
+func (p *tcpProxy) stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.stalls {
+		s.Store(true)
+	}
+}
+
 // cut closes every connection through the proxy; new ones still work.
 func (p *tcpProxy) cut() {
 	p.mu.Lock()
@@ -279,7 +293,7 @@ func (p *tcpProxy) cut() {
 		}
 		c.Close()
 	}
-	p.conns = nil
+	p.conns, p.stalls = nil, nil
 }
 
 // cutAndWait cuts the proxy's connections and waits until the client

@@ -118,6 +118,7 @@ func (c *Client) reattach(cn *conn, h *handle) error {
 		h.finish(nil, ErrDetached)
 		return nil
 	}
+	h.reattached()
 	p := attachParams{Stream: &h.id, From: h.cursors(false)}
 	if h.window != defaultWindow {
 		p.Window = &h.window
