@@ -89,7 +89,12 @@ func waitFDs(t *testing.T, want int) {
 func TestBackgroundWriterAfterExit(t *testing.T) {
 	t.Parallel()
 	tm := start(t, newManager(t), ptymux.Options{Argv: []string{"bash", "--norc", "--noprofile", "-c",
-		`trap '' HUP; (while :; do echo spam; done) & echo leader-done`}})
+		`trap '' HUP; (while :; do echo spam; sleep 0.01; done) & echo leader-done`}})
+	// The job ignores the hangup and outlives the terminal, as a nohup job
+	// does: the test ends it. Its group is the shell's and stays reserved
+	// while the job lives.
+	pgid := tm.p.Pid()
+	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) })
 	wantExit(t, tm.waitEnd(), 0)
 	if !strings.Contains(string(tm.out), "leader-done\r\n") {
 		t.Fatalf("output %q", tail(tm.out))
