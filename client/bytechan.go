@@ -12,6 +12,22 @@ const minRing = 4 << 10
 // gapMark is an announced gap: positions [from, to) are gone.
 type gapMark struct{ from, to uint64 }
 
+// heldBetween counts the positions in [lo, hi) that are not in a gap: what
+// a channel holds there. gaps are the gaps not consumed yet, so none lies
+// below lo.
+func heldBetween(lo, hi uint64, gaps []gapMark) int {
+	if lo >= hi {
+		return 0
+	}
+	n := hi - lo
+	for _, g := range gaps {
+		if g.to <= hi {
+			n -= g.to - g.from
+		}
+	}
+	return int(n)
+}
+
 // byteChan is one byte channel of a handle (stdout, stderr or pty): bytes
 // received from the agent that the application has not consumed yet, in
 // offset order, with announced gaps in between.
@@ -102,18 +118,7 @@ func (b *byteChan) reattached() {
 
 // oldLocked is how many buffered bytes arrived before the current
 // attachment: the offsets below base not consumed yet, less gaps.
-func (b *byteChan) oldLocked() int {
-	if b.consumed >= b.base {
-		return 0
-	}
-	n := b.base - b.consumed
-	for _, g := range b.gaps {
-		if g.to <= b.base {
-			n -= g.to - g.from
-		}
-	}
-	return int(n)
-}
+func (b *byteChan) oldLocked() int { return heldBetween(b.consumed, b.base, b.gaps) }
 
 // reserve returns free room after the published bytes and the pend bytes
 // written but not yet published, growing the ring when it is full.

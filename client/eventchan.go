@@ -67,19 +67,8 @@ func (e *eventChan) reattached() {
 }
 
 // oldLocked is how many queued events arrived before the current
-// attachment.
-func (e *eventChan) oldLocked() int {
-	if e.consumed >= e.base {
-		return 0
-	}
-	n := e.base - e.consumed
-	for _, g := range e.gaps {
-		if g.to-1 <= e.base {
-			n -= g.to - g.from
-		}
-	}
-	return int(n)
-}
+// attachment: seqs consumed+1 to base, less gaps.
+func (e *eventChan) oldLocked() int { return heldBetween(e.consumed+1, e.base+1, e.gaps) }
 
 // gap records that seqs [from, to) are gone.
 func (e *eventChan) gap(from, to uint64) error {
