@@ -55,6 +55,7 @@ type Server struct {
 	ops     map[string]op
 	started time.Time
 	mux     *http.ServeMux
+	methods map[string]string // each route's method, for answering the others
 	http    *http.Server
 
 	// initMu makes each /v1/init whole: two first calls cannot both find
@@ -81,13 +82,22 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, log: cfg.Logger, started: time.Now(), sessions: make(map[*Session]struct{})}
 	s.ops = s.buildOps()
 	s.mux = http.NewServeMux()
-	s.mux.HandleFunc("GET /health", s.handleHealth)
-	s.mux.HandleFunc("GET /v1/connect", s.authed(s.handleConnect))
-	s.mux.HandleFunc("GET /v1/traffic", s.authed(s.handleTraffic))
-	s.mux.HandleFunc("GET /metrics", s.authed(s.handleMetrics))
-	s.mux.HandleFunc("POST /v1/init", s.handleInit)
-	s.mux.HandleFunc("POST /v1/resume", s.authed(s.handleResume))
-	s.mux.HandleFunc("/", handleNoRoute)
+	s.methods = map[string]string{}
+	for _, rt := range []struct {
+		method, path string
+		h            http.HandlerFunc
+	}{
+		{"GET", "/health", s.handleHealth},
+		{"GET", "/v1/connect", s.authed(s.handleConnect)},
+		{"GET", "/v1/traffic", s.authed(s.handleTraffic)},
+		{"GET", "/metrics", s.authed(s.handleMetrics)},
+		{"POST", "/v1/init", s.handleInit},
+		{"POST", "/v1/resume", s.authed(s.handleResume)},
+	} {
+		s.mux.HandleFunc(rt.method+" "+rt.path, rt.h)
+		s.methods[rt.path] = rt.method
+	}
+	s.mux.HandleFunc("/", s.handleNoRoute)
 	s.http = &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
 	return s
 }
@@ -149,16 +159,10 @@ func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// routeMethods are the methods of each route, for answering the others.
-var routeMethods = map[string]string{
-	"/health": "GET", "/v1/connect": "GET", "/v1/traffic": "GET",
-	"/metrics": "GET", "/v1/init": "POST", "/v1/resume": "POST",
-}
-
 // handleNoRoute answers what no route takes with a JSON error, like every
 // other HTTP error of the agent.
-func handleNoRoute(w http.ResponseWriter, r *http.Request) {
-	if m, ok := routeMethods[r.URL.Path]; ok {
+func (s *Server) handleNoRoute(w http.ResponseWriter, r *http.Request) {
+	if m, ok := s.methods[r.URL.Path]; ok {
 		w.Header().Set("Allow", m)
 		writeError(w, http.StatusMethodNotAllowed, wire.Errorf(wire.CodeBadRequest, "%s takes %s, not %s", r.URL.Path, m, r.Method))
 		return
