@@ -214,6 +214,9 @@ func (p *process) groupAlive() bool {
 }
 
 // killGroup signals the process group if it is still this command's.
+// Reaper.Kill refuses a number a stranger took, but not one a later
+// command of this agent took (the reaper knows that pid as live again):
+// only the process knows its own leader was reaped, hence groupAlive.
 func (p *process) killGroup(sig syscall.Signal) error {
 	if !p.groupAlive() {
 		return syscall.ESRCH
