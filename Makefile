@@ -16,7 +16,7 @@ DEV_TOKEN := $(or $(RAYITO_ACCESS_TOKEN),dev-$(shell head -c 12 /dev/urandom | o
 # build and VM tools come from rootfs/deps.sh.
 TEST_PACKAGES := python3-ipykernel procps
 
-.PHONY: all build run test unit deps bench fuzz lint clean
+.PHONY: all build run test unit deps node-deps bench fuzz lint clean
 
 all: build
 
@@ -49,11 +49,23 @@ deps: rootfs-deps
 		apt-get install -y --no-install-recommends $$missing || { apt-get update && apt-get install -y --no-install-recommends $$missing; }; \
 	fi
 
+# Node tests drive the agent with the real npm client packages. Each folder
+# internal/*/nodetest holds a package.json and its package-lock.json;
+# node-deps installs the pinned packages when they are missing or older
+# than the lock file. With RAYITO_NODE_TESTS=1 (as make sets it) the Go
+# tests that run node fail instead of skipping when they are missing.
+NODE_TEST_DIRS := $(patsubst %/package.json,%,$(wildcard internal/*/nodetest/package.json))
+node-deps:
+	@for d in $(NODE_TEST_DIRS); do \
+		[ $$d/node_modules/.package-lock.json -nt $$d/package-lock.json ] && continue; \
+		echo "npm ci in $$d"; (cd $$d && npm ci --no-audit --no-fund --loglevel=error) || exit 1; \
+	done
+
 # unit runs the Go tests with the race detector; -short leaves the VM
 # tests to e2e, so they do not compete for the two cores.
-unit: deps
+unit: deps node-deps
 	$(GO) vet ./...
-	CGO_ENABLED=1 $(GO) test -race -short -count=1 -timeout 30m ./...
+	RAYITO_NODE_TESTS=1 CGO_ENABLED=1 $(GO) test -race -short -count=1 -timeout 30m ./...
 
 # test is everything: unit tests, then the image and the VM tests.
 test: unit e2e

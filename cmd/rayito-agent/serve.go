@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -186,10 +187,11 @@ func run(cfg config, log *zap.Logger) error {
 	}
 	// The endpoint and the resume manager need each other: the manager
 	// cuts the endpoint's sessions, the endpoint forwards host reports.
+	// Every other surface that holds connections joins cut as well.
 	var srv *endpoint.Server
-	sessions := sessionsFunc(func(ctx context.Context, gen uint64) { srv.CutForResume(ctx, gen) })
+	cut := &surfaces{sessionsFunc(func(ctx context.Context, gen uint64) { srv.CutForResume(ctx, gen) })}
 	resumer, err = resume.New(resume.Options{
-		StateDir: cfg.stateDir, Sessions: sessions, SetClock: setClock, Kernels: kernelHealth{kernels},
+		StateDir: cfg.stateDir, Sessions: cut, SetClock: setClock, Kernels: kernelHealth{kernels},
 		OnResume: counter.Touch, KernelCheck: cfg.kernelCheck, Logger: log.Named("resume"),
 	})
 	if err != nil {
@@ -303,6 +305,23 @@ func (k kernelHealth) List() []resume.KernelHealth {
 		out = append(out, resume.KernelHealth{Kernel: info.Kernel, State: state})
 	}
 	return out
+}
+
+// surfaces are everything holding connections that a resume cuts: the
+// native endpoint and each adapter. They are cut concurrently, so each
+// gets the whole of the sequence's bound.
+type surfaces []resume.Sessions
+
+func (ss *surfaces) CutForResume(ctx context.Context, gen uint64) {
+	var wg sync.WaitGroup
+	for _, s := range *ss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.CutForResume(ctx, gen)
+		}()
+	}
+	wg.Wait()
 }
 
 // sessionsFunc adapts a function to resume.Sessions.

@@ -45,12 +45,19 @@ func (a *Auth) IsSet() bool {
 // headers). Without a configured token nothing passes.
 func (a *Auth) Check(r *http.Request) bool {
 	given, ok := requestToken(r)
+	return ok && a.Valid(given)
+}
+
+// Valid reports whether token is the configured one. Other surfaces (each
+// with its own way of carrying the token) extract it and ask here, so the
+// agent has one token and one constant-time comparison.
+func (a *Auth) Valid(token string) bool {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	if !a.set || !ok {
+	if !a.set {
 		return false
 	}
-	h := sha256.Sum256([]byte(given))
+	h := sha256.Sum256([]byte(token))
 	return subtle.ConstantTimeCompare(h[:], a.hash[:]) == 1
 }
 

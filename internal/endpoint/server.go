@@ -102,6 +102,12 @@ func New(cfg Config) *Server {
 	return s
 }
 
+// Mount serves another surface (an adapter speaking some other client's
+// wire format) on the same listener. pattern is a net/http ServeMux
+// pattern; it must not overlap the agent's own routes. The handler does
+// its own auth (through Auth.Valid) and traffic counting.
+func (s *Server) Mount(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
 // Handler returns the HTTP handler, for tests that run their own listener.
 func (s *Server) Handler() http.Handler { return s.mux }
 
