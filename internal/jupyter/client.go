@@ -101,6 +101,12 @@ func dialClient(ctx context.Context, info connInfo, onIOPub func(*message), log 
 	for _, ch := range []channel{chIOPub, chShell, chControl, chStdin, chHeartbeat} {
 		if err := c.socks[ch].Dial(info.endpoint(ports[ch])); err != nil {
 			c.closeSockets()
+			if ctx.Err() == nil {
+				// Dialing retries until the port answers; one that answers
+				// with something other than our kernel's socket belongs to
+				// another process.
+				return nil, fmt.Errorf("connect %s: %w: %v", ch, errPortClash, err)
+			}
 			return nil, fmt.Errorf("connect %s: %w", ch, err)
 		}
 	}

@@ -81,7 +81,7 @@ type launchSpec struct {
 // startInstance launches a kernel and waits until it answers
 // kernel_info_request and its iopub stream is flowing.
 func (m *Manager) startInstance(ctx context.Context, ls launchSpec) (*instance, error) {
-	info, err := newConnInfo(ls.spec.Name)
+	info, err := m.newConnInfo(ls.spec.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -199,10 +199,13 @@ func (inst *instance) startError(name string, exitedFirst bool, err error) error
 		return err
 	}
 	out := strings.TrimSpace(inst.tail.String())
+	// A kernel that could not bind one of its ports says so, whether it
+	// exited before the dial failed or the dial first reached the foreign
+	// socket that holds the port (zmq4 then fails on the socket types).
+	if errors.Is(err, errPortClash) || strings.Contains(out, "Address already in use") {
+		return errPortClash
+	}
 	if exitedFirst && inst.statusWasSeen {
-		if strings.Contains(out, "Address already in use") {
-			return errPortClash
-		}
 		return wire.Errorf(wire.CodeUnavailable, "kernel %s exited during start (%s): %s", name, describeExit(inst.status), lastLines(out, 5))
 	}
 	return wire.Errorf(wire.CodeUnavailable, "kernel %s did not become ready: %v: %s", name, err, lastLines(out, 5))

@@ -51,6 +51,9 @@ type Manager struct {
 	log      *zap.Logger
 	dirs     []string
 	onChange func()
+	// newConnInfo picks a kernel's ports and key; tests make it hand out
+	// a port that is taken.
+	newConnInfo func(kernelName string) (connInfo, error)
 
 	defMu sync.Mutex // serializes finding or starting the default kernel
 
@@ -63,7 +66,8 @@ type Manager struct {
 
 // NewManager returns a Manager with no kernels.
 func NewManager(o Options) *Manager {
-	m := &Manager{reg: o.Registry, reaper: o.Reaper, defaults: o.Defaults, log: o.Logger, dirs: o.DataDirs, onChange: o.OnChange, kernels: map[string]*Kernel{}}
+	m := &Manager{reg: o.Registry, reaper: o.Reaper, defaults: o.Defaults, log: o.Logger, dirs: o.DataDirs, onChange: o.OnChange, kernels: map[string]*Kernel{},
+		newConnInfo: newConnInfo}
 	if m.defaults == nil {
 		m.defaults = &proc.Defaults{}
 	}
