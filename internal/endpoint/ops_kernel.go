@@ -27,8 +27,11 @@ type JupyterSender interface {
 	Send(msg json.RawMessage) error
 }
 
-// kernelStartBound bounds how long a request waits for a kernel to come up.
-const kernelStartBound = 60 * time.Second
+// kernelStartBound bounds how long a request waits for a kernel to come
+// up. It matches the kernel manager's own start bound: under software
+// emulation on a busy host a kernel's imports alone take over a minute, and
+// a shorter bound here would kill a start the manager still allows.
+const kernelStartBound = 2 * time.Minute
 
 func (s *Server) kernelOps(ops map[string]op) {
 	ops["kernel_start"] = op{fn: s.opKernelStart, slow: true}
