@@ -107,8 +107,8 @@ func newHolds(clock Clock) *Holds {
 	return &Holds{clock: clock, max: DefaultMaxHold, m: map[string]*hold{}, done: make(chan struct{})}
 }
 
-// SetMax sets how long a hold counts at most, from MinHoldTTL (a second)
-// to MaxMaxHold. It applies to existing holds too.
+// SetMax sets how long a hold counts at most, from a second to
+// MaxMaxHold. It applies to existing holds too.
 func (hs *Holds) SetMax(d time.Duration) error {
 	if d < time.Second || d > MaxMaxHold {
 		return fmt.Errorf("%w: got %v", ErrMaxHold, d)
@@ -140,6 +140,7 @@ type Reservation struct {
 func (hs *Holds) Reserve() (*Reservation, error) {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
+	hs.settleLocked(hs.clock.Mono())
 	if err := hs.roomLocked(); err != nil {
 		return nil, err
 	}
@@ -156,6 +157,11 @@ func (r *Reservation) Bind(stream uint64, done <-chan struct{}) HoldInfo {
 	defer hs.mu.Unlock()
 	r.useLocked()
 	h := hs.newLocked(stream)
+	select {
+	case <-hs.done: // closed: the agent is stopping, nobody will read it
+		return hs.infoLocked(h, hs.clock.Mono(), hs.clock.Now())
+	default:
+	}
 	hs.wg.Add(1)
 	go func() {
 		defer hs.wg.Done()
@@ -253,18 +259,6 @@ func (hs *Holds) List() []HoldInfo {
 	return list
 }
 
-// Counting is how many holds count now; the rest of List is past the
-// maximum hold time.
-func (hs *Holds) Counting() int {
-	n := 0
-	for _, h := range hs.List() {
-		if h.Counting {
-			n++
-		}
-	}
-	return n
-}
-
 // settle drops the holds that are over at now and says whether any still
 // counts, when the latest one stopped, and what is left.
 func (hs *Holds) settle(now time.Duration, wall time.Time) (held bool, stopped time.Duration, list []HoldInfo) {
@@ -322,8 +316,8 @@ func (hs *Holds) close() {
 	hs.wg.Wait()
 }
 
+// roomLocked says whether another hold fits, once settled.
 func (hs *Holds) roomLocked() error {
-	hs.settleLocked(hs.clock.Mono())
 	if len(hs.m)+hs.reserved >= MaxHolds {
 		return fmt.Errorf("%w: the agent has %d holds; release one first", ErrTooManyHolds, MaxHolds)
 	}
