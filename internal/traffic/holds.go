@@ -1,7 +1,6 @@
 package traffic
 
 import (
-	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -30,9 +29,8 @@ type Holds struct {
 
 	mu       sync.Mutex
 	max      time.Duration
-	m        map[string]*hold
+	holds    []*hold       // oldest first; at most MaxHolds, so searched
 	reserved int           // slots claimed by Reserve and not yet bound
-	made     uint64        // holds made so far: their order in reports
 	stopped  time.Duration // monotonic: when the latest hold stopped counting
 	done     chan struct{} // closed by close: stream watchers return
 	wg       sync.WaitGroup
@@ -61,7 +59,6 @@ const (
 // hold is one hold. Times are monotonic.
 type hold struct {
 	id       string
-	seq      uint64 // the order in which holds were made
 	stream   uint64 // 0 for a lease
 	created  time.Duration
 	wall     time.Time     // creation, for reports
@@ -104,7 +101,7 @@ type HoldInfo struct {
 }
 
 func newHolds(clock Clock) *Holds {
-	return &Holds{clock: clock, max: DefaultMaxHold, m: map[string]*hold{}, done: make(chan struct{})}
+	return &Holds{clock: clock, max: DefaultMaxHold, done: make(chan struct{})}
 }
 
 // SetMax sets how long a hold counts at most, from a second to
@@ -224,7 +221,7 @@ func (hs *Holds) Renew(id string, ttl time.Duration) (HoldInfo, error) {
 	defer hs.mu.Unlock()
 	now := hs.clock.Mono()
 	hs.settleLocked(now)
-	h := hs.m[id]
+	_, h := hs.findLocked(id)
 	switch {
 	case h == nil:
 		return HoldInfo{}, fmt.Errorf("%w: %q was released, expired or never made", ErrNoHold, id)
@@ -244,12 +241,12 @@ func (hs *Holds) Release(id string) error {
 	defer hs.mu.Unlock()
 	now := hs.clock.Mono()
 	hs.settleLocked(now)
-	h := hs.m[id]
+	i, h := hs.findLocked(id)
 	if h == nil {
 		return fmt.Errorf("%w: %q was released, expired or never made", ErrNoHold, id)
 	}
 	hs.stopped = max(hs.stopped, min(h.stopsAt(hs.max), now))
-	delete(hs.m, id)
+	hs.holds = slices.Delete(hs.holds, i, i+1)
 	return nil
 }
 
@@ -265,30 +262,36 @@ func (hs *Holds) settle(now time.Duration, wall time.Time) (held bool, stopped t
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	hs.settleLocked(now)
-	sorted := make([]*hold, 0, len(hs.m))
-	for _, h := range hs.m {
-		sorted = append(sorted, h)
-		held = held || h.stopsAt(hs.max) > now
-	}
-	slices.SortFunc(sorted, func(a, b *hold) int {
-		return cmp.Compare(a.seq, b.seq)
-	})
-	list = make([]HoldInfo, len(sorted))
-	for i, h := range sorted {
+	list = make([]HoldInfo, len(hs.holds))
+	for i, h := range hs.holds {
 		list[i] = hs.infoLocked(h, now, wall)
+		held = held || list[i].Counting
 	}
 	return held, hs.stopped, list
 }
 
 func (hs *Holds) settleLocked(now time.Duration) {
-	for id, h := range hs.m {
+	kept := hs.holds[:0]
+	for _, h := range hs.holds {
 		if s := h.stopsAt(hs.max); s <= now {
 			hs.stopped = max(hs.stopped, s)
 			if h.over(now) {
-				delete(hs.m, id)
+				continue
 			}
 		}
+		kept = append(kept, h)
 	}
+	clear(hs.holds[len(kept):])
+	hs.holds = kept
+}
+
+func (hs *Holds) findLocked(id string) (int, *hold) {
+	for i, h := range hs.holds {
+		if h.id == id {
+			return i, h
+		}
+	}
+	return -1, nil
 }
 
 // resumed gives every lease that still counts its full ttl from now.
@@ -297,7 +300,7 @@ func (hs *Holds) resumed() {
 	defer hs.mu.Unlock()
 	now := hs.clock.Mono()
 	hs.settleLocked(now)
-	for _, h := range hs.m {
+	for _, h := range hs.holds {
 		if h.lease() && h.stopsAt(hs.max) > now {
 			h.leaseEnd = max(h.leaseEnd, now+h.ttl)
 		}
@@ -318,16 +321,15 @@ func (hs *Holds) close() {
 
 // roomLocked says whether another hold fits, once settled.
 func (hs *Holds) roomLocked() error {
-	if len(hs.m)+hs.reserved >= MaxHolds {
+	if len(hs.holds)+hs.reserved >= MaxHolds {
 		return fmt.Errorf("%w: the agent has %d holds; release one first", ErrTooManyHolds, MaxHolds)
 	}
 	return nil
 }
 
 func (hs *Holds) newLocked(stream uint64) *hold {
-	hs.made++
-	h := &hold{id: hs.newIDLocked(), seq: hs.made, stream: stream, created: hs.clock.Mono(), wall: hs.clock.Now()}
-	hs.m[h.id] = h
+	h := &hold{id: hs.newIDLocked(), stream: stream, created: hs.clock.Mono(), wall: hs.clock.Now()}
+	hs.holds = append(hs.holds, h)
 	return h
 }
 
@@ -338,7 +340,7 @@ func (hs *Holds) newIDLocked() string {
 		var b [8]byte
 		rand.Read(b[:])
 		id := "h" + hex.EncodeToString(b[:])
-		if hs.m[id] == nil {
+		if _, h := hs.findLocked(id); h == nil {
 			return id
 		}
 	}
