@@ -116,6 +116,7 @@ type created struct {
 	Stream uint64 `json:"stream"`
 	Pid    int    `json:"pid"`
 	Kernel string `json:"kernel"`
+	Hold   string `json:"hold"`
 }
 
 // create runs an op that creates a stream (exec, pty, watch, execute) and

@@ -24,14 +24,22 @@ func reportLatency(b *testing.B, lat []time.Duration) {
 
 // BenchmarkExecTrue is the round trip of running /bin/true through the
 // client: exec request, spawn, exit, end event.
-func BenchmarkExecTrue(b *testing.B) {
+func BenchmarkExecTrue(b *testing.B) { benchExec(b, client.ExecOptions{Argv: []string{"/bin/true"}}) }
+
+// BenchmarkExecTrueKeepAwake is BenchmarkExecTrue with a hold on the idle
+// clock for each command: the cost of keep_awake.
+func BenchmarkExecTrueKeepAwake(b *testing.B) {
+	benchExec(b, client.ExecOptions{Argv: []string{"/bin/true"}, KeepAwake: true})
+}
+
+func benchExec(b *testing.B, o client.ExecOptions) {
 	c := newAgent(b).dial(b, client.Options{})
 	ctx := context.Background()
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
-		p, err := c.Exec(ctx, client.ExecOptions{Argv: []string{"/bin/true"}})
+		p, err := c.Exec(ctx, o)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -37,6 +37,9 @@ type ExecuteOptions struct {
 	// AllowStdin lets the code call input(); it is implied by OnInput.
 	// Without OnInput answer the requests with Cell.Reply.
 	AllowStdin bool
+	// KeepAwake holds the sandbox's idle clock while the cell runs or
+	// waits in the kernel's queue (see ExecOptions.KeepAwake).
+	KeepAwake bool
 
 	OnStdout, OnStderr  func(text string)
 	OnResult, OnDisplay func(Output)
@@ -113,6 +116,7 @@ type CellEvent struct {
 type Cell struct {
 	h      *handle
 	kernel string
+	hold   string
 	opts   ExecuteOptions
 	feed   eventFeed[CellEvent]
 
@@ -137,6 +141,9 @@ func (c *Client) AttachCell(ctx context.Context, o AttachOptions) (*Cell, error)
 
 // Stream is the agent's id of the cell's stream.
 func (c *Cell) Stream() uint64 { return c.h.id }
+
+// Hold is the id of the hold that ExecuteOptions.KeepAwake made.
+func (c *Cell) Hold() string { return c.hold }
 
 // Kernel is the id of the kernel the cell runs on.
 func (c *Cell) Kernel() string { return c.kernel }

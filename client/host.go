@@ -77,6 +77,17 @@ func (h Host) Health(ctx context.Context) (Health, error) {
 	return GetHealth(ctx, h.URL, h.HTTPClient)
 }
 
+// Traffic reads the agent's /v1/traffic: byte counters, idleness and
+// the holds that keep the sandbox awake. Reading it is not traffic.
+func (h Host) Traffic(ctx context.Context) (Traffic, error) {
+	base, _, err := endpointURLs(h.URL)
+	if err != nil {
+		return Traffic{}, err
+	}
+	var t Traffic
+	return t, getJSON(ctx, h.HTTPClient, base+"/v1/traffic", h.Token, &t)
+}
+
 func (h Host) post(ctx context.Context, path string, body, out any) error {
 	base, _, err := endpointURLs(h.URL)
 	if err != nil {

@@ -72,7 +72,8 @@ type Traffic struct {
 	IdlePolicy         *struct {
 		MaxIdleSeconds int64 `json:"max_idle_seconds"`
 	} `json:"idle_policy"`
-	Idle bool `json:"idle"`
+	Idle  bool       `json:"idle"`
+	Holds []HoldInfo `json:"holds"`
 }
 
 // Health reads the agent's /health. It needs no connection.
@@ -82,10 +83,7 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 }
 
 // Traffic reads the agent's /v1/traffic (not counted as traffic itself).
-func (c *Client) Traffic(ctx context.Context) (Traffic, error) {
-	var t Traffic
-	return t, c.getJSON(ctx, "/v1/traffic", &t)
-}
+func (c *Client) Traffic(ctx context.Context) (Traffic, error) { return c.host().Traffic(ctx) }
 
 // GetHealth reads /health from the agent at url without a websocket: what
 // a host or a probe wants.

@@ -82,6 +82,7 @@ type executeParams struct {
 	Kernel     string `json:"kernel,omitempty"`
 	TimeoutMs  int64  `json:"timeout_ms,omitempty"`
 	AllowStdin bool   `json:"allow_stdin,omitempty"`
+	KeepAwake  bool   `json:"keep_awake,omitempty"`
 }
 
 // Run queues a cell and returns once the agent accepted it; consume its
@@ -89,7 +90,7 @@ type executeParams struct {
 // callbacks of o. Like Exec it is never re-sent: if the connection drops
 // before the answer, the cell may or may not run.
 func (k *Kernel) Run(ctx context.Context, code string, o ExecuteOptions) (*Cell, error) {
-	p := executeParams{Code: code, Kernel: k.id, TimeoutMs: ceilMs(o.Timeout), AllowStdin: o.AllowStdin || o.OnInput != nil}
+	p := executeParams{Code: code, Kernel: k.id, TimeoutMs: ceilMs(o.Timeout), AllowStdin: o.AllowStdin || o.OnInput != nil, KeepAwake: o.KeepAwake}
 	h, r, err := k.c.create(ctx, "execute", p, KindCell, outputs{})
 	if err != nil {
 		return nil, err
@@ -97,7 +98,9 @@ func (k *Kernel) Run(ctx context.Context, code string, o ExecuteOptions) (*Cell,
 	if k.id == "" && r.Kernel != "" {
 		k.c.defKernel.Store(&r.Kernel)
 	}
-	return newCell(h, r.Kernel, o), nil
+	cell := newCell(h, r.Kernel, o)
+	cell.hold = r.Hold
+	return cell, nil
 }
 
 // Execute runs a cell and waits for its end: the outputs, the status and

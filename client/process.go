@@ -42,6 +42,10 @@ type ExecOptions struct {
 	// Grace is how long a block stream keeps blocking after its last
 	// client left; nil: 30 s, 0: not at all.
 	Grace *time.Duration
+	// KeepAwake holds the sandbox's idle clock while the command runs, so
+	// a silent job is not suspended midway (up to the agent's
+	// --max-hold-seconds); Process.Hold names the hold.
+	KeepAwake bool
 	// OnStdout and OnStderr, if set, receive the channel's bytes in order
 	// on a goroutine of their own; the slice is valid during the call.
 	// The bytes are acknowledged once the call returns, so a slow callback
@@ -61,6 +65,7 @@ type execParams struct {
 	Buffer    int               `json:"buffer,omitempty"`
 	Overflow  Overflow          `json:"overflow,omitempty"`
 	GraceMs   *int64            `json:"grace_ms,omitempty"`
+	KeepAwake bool              `json:"keep_awake,omitempty"`
 }
 
 // ceilMs converts a duration to whole milliseconds, rounding up so a short
@@ -75,8 +80,9 @@ func ceilMs(d time.Duration) int64 {
 // time (the two may be read in parallel); Write from one goroutine at a
 // time; everything else from anywhere.
 type Process struct {
-	h   *handle
-	pid int
+	h    *handle
+	pid  int
+	hold string
 
 	wmu   sync.Mutex
 	frame []byte // IN frame being written
@@ -89,7 +95,7 @@ type Process struct {
 func (c *Client) Exec(ctx context.Context, o ExecOptions) (*Process, error) {
 	p := execParams{
 		Argv: o.Argv, Cmd: o.Cmd, Env: o.Env, Cwd: o.Cwd, User: o.User, Stdin: o.Stdin, Tag: o.Tag,
-		TimeoutMs: ceilMs(o.Timeout), Buffer: o.Buffer, Overflow: o.Overflow,
+		TimeoutMs: ceilMs(o.Timeout), Buffer: o.Buffer, Overflow: o.Overflow, KeepAwake: o.KeepAwake,
 	}
 	if o.Grace != nil {
 		ms := ceilMs(max(*o.Grace, 0))
@@ -99,11 +105,15 @@ func (c *Client) Exec(ctx context.Context, o ExecOptions) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Process{h: h, pid: r.Pid}, nil
+	return &Process{h: h, pid: r.Pid, hold: r.Hold}, nil
 }
 
 // Stream is the agent's id of the process's stream.
 func (p *Process) Stream() uint64 { return p.h.id }
+
+// Hold is the id of the hold that ExecOptions.KeepAwake made ("" if
+// none); Client.ReleaseHold ends it early.
+func (p *Process) Hold() string { return p.hold }
 
 // Pid is the process id inside the sandbox (0 if unknown).
 func (p *Process) Pid() int { return p.pid }

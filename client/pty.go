@@ -26,6 +26,9 @@ type PTYOptions struct {
 	// than that is dropped (a terminal never blocks its program), which a
 	// reader that fell behind sees as a *GapError.
 	Buffer int
+	// KeepAwake holds the sandbox's idle clock while the program runs (see
+	// ExecOptions.KeepAwake).
+	KeepAwake bool
 	// OnOutput, if set, receives the terminal's output in order on a
 	// goroutine of its own; the slice is valid during the call.
 	OnOutput func([]byte)
@@ -40,6 +43,7 @@ type ptyParams struct {
 	User   string            `json:"user,omitempty"`
 	Tag    string            `json:"tag,omitempty"`
 	Buffer int               `json:"buffer,omitempty"`
+	Keep   bool              `json:"keep_awake,omitempty"`
 }
 
 // nonZero turns the zero value into "absent", so the agent applies its
@@ -57,8 +61,9 @@ func nonZero(v int) *int {
 // Concurrency: read Output from one goroutine at a time; Write from one
 // goroutine at a time; everything else from anywhere.
 type PTY struct {
-	h   *handle
-	pid int
+	h    *handle
+	pid  int
+	hold string
 
 	wmu   sync.Mutex
 	frame []byte // IN frame being written
@@ -68,12 +73,12 @@ type PTY struct {
 // request is never re-sent: if the connection drops before the answer it
 // fails with ErrConnectionLost (find the terminal with List, by Tag).
 func (c *Client) PTY(ctx context.Context, o PTYOptions) (*PTY, error) {
-	p := ptyParams{Argv: o.Argv, Cols: nonZero(o.Cols), Rows: nonZero(o.Rows), Env: o.Env, Cwd: o.Cwd, User: o.User, Tag: o.Tag, Buffer: o.Buffer}
+	p := ptyParams{Argv: o.Argv, Cols: nonZero(o.Cols), Rows: nonZero(o.Rows), Env: o.Env, Cwd: o.Cwd, User: o.User, Tag: o.Tag, Buffer: o.Buffer, Keep: o.KeepAwake}
 	h, r, err := c.create(ctx, "pty", p, KindPTY, outputs{wire.ChanPTY: o.OnOutput})
 	if err != nil {
 		return nil, err
 	}
-	return &PTY{h: h, pid: r.Pid}, nil
+	return &PTY{h: h, pid: r.Pid, hold: r.Hold}, nil
 }
 
 // AttachPTY attaches to a running or recently ended terminal and replays
@@ -98,6 +103,9 @@ func (p *PTY) Stream() uint64 { return p.h.id }
 
 // Pid is the program's process id inside the sandbox (0 if unknown).
 func (p *PTY) Pid() int { return p.pid }
+
+// Hold is the id of the hold that PTYOptions.KeepAwake made ("" if none).
+func (p *PTY) Hold() string { return p.hold }
 
 // Output returns the terminal's output, in order, from this handle's
 // start cursor: io.EOF after the program ended and everything was read, a

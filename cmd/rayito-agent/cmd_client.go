@@ -48,6 +48,7 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	tag := fs.String("tag", "", "tag of the stream, to find it again with attach")
 	timeout := fs.Duration("timeout", 0, "kill the command's process group after this long (e.g. 30s)")
 	fwdStdin := fs.Bool("stdin", false, "forward our stdin to the command")
+	keepAwake := fs.Bool("keep-awake", false, "keep the sandbox awake while the command runs, even if it prints nothing")
 	env := envList{}
 	fs.Var(env, "env", "K=V environment variable for the command (repeatable)")
 	fs.Usage = func() {
@@ -76,7 +77,7 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 	p, err := c.Exec(ctx, client.ExecOptions{
-		Argv: fs.Args(), Env: env, Cwd: *cwd, User: *user, Tag: *tag, Timeout: *timeout, Stdin: *fwdStdin,
+		Argv: fs.Args(), Env: env, Cwd: *cwd, User: *user, Tag: *tag, Timeout: *timeout, Stdin: *fwdStdin, KeepAwake: *keepAwake,
 		OnStdout: func(b []byte) { stdout.Write(b) },
 		OnStderr: func(b []byte) { stderr.Write(b) },
 	})

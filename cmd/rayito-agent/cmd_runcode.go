@@ -26,6 +26,7 @@ func runCode(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	url := fs.String("url", defaultURL, "the agent's address")
 	kernel := fs.String("kernel", "", "kernel id (default: the default kernel, started on first use)")
 	timeout := fs.Duration("timeout", 0, "interrupt the cell after this long in the kernel (e.g. 30s)")
+	keepAwake := fs.Bool("keep-awake", false, "keep the sandbox awake while the cell runs, even if it prints nothing")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: rayito-agent run-code [flags] CODE   (CODE - reads it from stdin)")
 		fs.PrintDefaults()
@@ -67,6 +68,7 @@ func runCode(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	o := client.ExecuteOptions{
 		Timeout:   *timeout,
+		KeepAwake: *keepAwake,
 		OnStdout:  func(s string) { io.WriteString(stdout, s) },
 		OnStderr:  func(s string) { io.WriteString(stderr, s) },
 		OnResult:  printText,

@@ -49,10 +49,10 @@ func main() {
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   rayito-agent [serve] [flags]     run the agent (see rayito-agent serve -h)
-  rayito-agent exec [flags] -- CMD...   run a command, stream its output, exit with its code
+  rayito-agent exec [flags] -- CMD...   run a command, stream its output, exit with its code (--keep-awake: hold off idleness)
   rayito-agent pty [--user U] [--cwd D] [-- CMD...]   an interactive terminal (default: the login shell)
   rayito-agent watch [flags] PATH [-r]  print a directory's changes as JSON lines until interrupted
-  rayito-agent run-code [--kernel ID] [--timeout D] CODE   run Python on a kernel (CODE - reads stdin)
+  rayito-agent run-code [--kernel ID] [--timeout D] [--keep-awake] CODE   run Python on a kernel (CODE - reads stdin)
   rayito-agent health [flags]      print the agent's /health
   rayito-agent resume [--id ID] [--time-now]   tell the agent its VM was resumed, print its answer
   rayito-agent version             print the version

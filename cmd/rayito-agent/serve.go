@@ -35,6 +35,7 @@ type config struct {
 	token       string
 	stateDir    string
 	maxIdle     int64
+	maxHold     time.Duration
 	onIdle      string
 	defaultUser string
 	logLevel    string
@@ -69,6 +70,8 @@ func parseServe(args []string) (config, error) {
 	fs.StringVar(&c.stateDir, "state-dir", envOr("RAYITO_STATE_DIR", "/var/lib/rayito-agent"), "directory for persisted state (env RAYITO_STATE_DIR)")
 	idleDefault := envOr("RAYITO_MAX_IDLE_SECONDS", "0")
 	fs.StringVar(&idleDefault, "max-idle-seconds", idleDefault, "idle policy in seconds, at least 60 (env RAYITO_MAX_IDLE_SECONDS)")
+	holdDefault := envOr("RAYITO_MAX_HOLD_SECONDS", strconv.Itoa(int(traffic.DefaultMaxHold/time.Second)))
+	fs.StringVar(&holdDefault, "max-hold-seconds", holdDefault, "how long a hold (keep_awake, the hold op) keeps the sandbox awake at most, in seconds, at least 1 (env RAYITO_MAX_HOLD_SECONDS)")
 	fs.StringVar(&c.onIdle, "on-idle", envOr("RAYITO_ON_IDLE", ""), "command run once when the sandbox becomes idle (env RAYITO_ON_IDLE)")
 	fs.StringVar(&c.defaultUser, "default-user", envOr("RAYITO_DEFAULT_USER", ""), "user for processes that name none (env RAYITO_DEFAULT_USER)")
 	fs.StringVar(&c.logLevel, "log-level", envOr("RAYITO_LOG_LEVEL", "info"), "debug, info, warn or error (env RAYITO_LOG_LEVEL)")
@@ -88,6 +91,11 @@ func parseServe(args []string) (config, error) {
 		return c, fmt.Errorf("--max-idle-seconds must be a whole number of at least %d, got %q", traffic.MinIdleSeconds, idleDefault)
 	}
 	c.maxIdle = n
+	n, err = strconv.ParseInt(holdDefault, 10, 64)
+	if err != nil || n < 1 || n > int64(traffic.MaxMaxHold/time.Second) {
+		return c, fmt.Errorf("--max-hold-seconds must be a whole number from 1 to %d, got %q", int64(traffic.MaxMaxHold/time.Second), holdDefault)
+	}
+	c.maxHold = time.Duration(n) * time.Second
 	d, err := time.ParseDuration(checkDefault)
 	if err != nil || d < 10*time.Millisecond || d > 5*time.Minute {
 		return c, fmt.Errorf("--kernel-check-timeout must be a duration from 10ms to 5m, such as 1s or 8s, got %q", checkDefault)
@@ -159,7 +167,11 @@ func run(cfg config, log *zap.Logger) error {
 	defaults.Set(cfg.defaultUser, "", nil)
 	procs := proc.NewManager(streams, reaper, defaults, log.Named("proc"))
 	counter := traffic.NewCounter()
+	defer counter.Close()
 	if err := counter.SetMaxIdle(cfg.maxIdle); err != nil {
+		return err
+	}
+	if err := counter.Holds().SetMax(cfg.maxHold); err != nil {
 		return err
 	}
 
@@ -192,7 +204,7 @@ func run(cfg config, log *zap.Logger) error {
 	cut := &surfaces{sessionsFunc(func(ctx context.Context, gen uint64) { srv.CutForResume(ctx, gen) })}
 	resumer, err = resume.New(resume.Options{
 		StateDir: cfg.stateDir, Sessions: cut, SetClock: setClock, Kernels: kernelHealth{kernels},
-		OnResume: counter.Touch, KernelCheck: cfg.kernelCheck, Logger: log.Named("resume"),
+		OnResume: counter.Resumed, KernelCheck: cfg.kernelCheck, Logger: log.Named("resume"),
 	})
 	if err != nil {
 		return fmt.Errorf("state dir: %w", err)

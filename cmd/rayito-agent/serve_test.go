@@ -15,18 +15,19 @@ func TestParseServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.kernelCheck != resume.DefaultKernelCheck || c.maxIdle != 0 || !c.detectClock {
+	if c.kernelCheck != resume.DefaultKernelCheck || c.maxIdle != 0 || !c.detectClock || c.maxHold != 8*time.Hour {
 		t.Fatalf("defaults: %+v", c)
 	}
 
 	t.Setenv("RAYITO_KERNEL_CHECK_TIMEOUT", "8s")
 	t.Setenv("RAYITO_MAX_IDLE_SECONDS", "120")
+	t.Setenv("RAYITO_MAX_HOLD_SECONDS", "1")
 	c, err = parseServe(nil)
-	if err != nil || c.kernelCheck != 8*time.Second || c.maxIdle != 120 {
+	if err != nil || c.kernelCheck != 8*time.Second || c.maxIdle != 120 || c.maxHold != time.Second {
 		t.Fatalf("from the environment: %+v, %v", c, err)
 	}
-	c, err = parseServe([]string{"--kernel-check-timeout", "250ms"})
-	if err != nil || c.kernelCheck != 250*time.Millisecond {
+	c, err = parseServe([]string{"--kernel-check-timeout", "250ms", "--max-hold-seconds", "86400"})
+	if err != nil || c.kernelCheck != 250*time.Millisecond || c.maxHold != 24*time.Hour {
 		t.Fatalf("the flag wins over the environment: %+v, %v", c, err)
 	}
 
@@ -36,6 +37,11 @@ func TestParseServe(t *testing.T) {
 		{"--kernel-check-timeout", "1h"},
 		{"--max-idle-seconds", "30"},
 		{"--max-idle-seconds", "-60"},
+		{"--max-hold-seconds", "0"},
+		{"--max-hold-seconds", "-1"},
+		{"--max-hold-seconds", "1.5"},
+		{"--max-hold-seconds", "8h"},
+		{"--max-hold-seconds", "99999999999"},
 		{"extra"},
 	} {
 		_, err := parseServe(bad)

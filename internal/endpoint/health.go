@@ -74,6 +74,14 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	m.Metric("rayito_bytes_out_total", "counter", "Websocket payload bytes sent.", "", float64(t.BytesOut))
 	m.Metric("rayito_idle_seconds", "gauge", "Seconds since the last counted byte.", "", float64(t.IdleMs)/1000)
 	m.Metric("rayito_connections", "gauge", "Open websocket connections.", "", float64(t.Connections))
+	pastMax := 0
+	for _, h := range t.Holds {
+		if !h.Counting {
+			pastMax++
+		}
+	}
+	m.Metric("rayito_holds", "gauge", "Holds keeping the sandbox awake (keep_awake streams and leases).", "", float64(len(t.Holds)-pastMax))
+	m.Metric("rayito_holds_past_max", "gauge", "Holds past --max-hold-seconds, listed but no longer counting.", "", float64(pastMax))
 	h := s.health()
 	m.Metric("rayito_resume_generation", "gauge", "Resumes since the first boot.", "", float64(h.Generation))
 	lost := 0.0

@@ -50,12 +50,17 @@ type testAgent struct {
 }
 
 func newTestAgent(t testing.TB) *testAgent {
+	return newTestAgentWith(t, traffic.NewCounter())
+}
+
+// newTestAgentWith builds an agent around counter (one on a settable clock,
+// for tests of idleness).
+func newTestAgentWith(t testing.TB, counter *traffic.Counter) *testAgent {
 	streams := stream.NewRegistry(0)
 	defaults := &proc.Defaults{}
 	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
-	counter := traffic.NewCounter()
 	var srv *Server
-	resumer, err := resume.New(resume.Options{Sessions: cutter{&srv}, SetClock: func(time.Time) error { return nil }, OnResume: counter.Touch})
+	resumer, err := resume.New(resume.Options{Sessions: cutter{&srv}, SetClock: func(time.Time) error { return nil }, OnResume: counter.Resumed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +84,7 @@ func newTestAgent(t testing.TB) *testAgent {
 		watches.Close()
 		procs.Close()
 		streams.Close()
+		counter.Close()
 	})
 	return &testAgent{srv: srv, http: hs, streams: streams, traffic: counter, defaults: defaults, resume: resumer, url: "ws" + hs.URL[len("http"):]}
 }

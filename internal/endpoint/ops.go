@@ -35,11 +35,13 @@ var protocolOps = []string{
 	"exec", "pty", "resize", "signal", "close_stdin", "attach", "detach", "ack", "list",
 	"watch", "unwatch", "kernel_start", "kernel_list", "kernel_interrupt", "kernel_restart",
 	"kernel_shutdown", "execute", "input_reply", "kernel_channels", "jupyter_send",
+	"hold", "release",
 }
 
 func (s *Server) buildOps() map[string]op {
 	ops := map[string]op{}
 	s.streamOps(ops)
+	s.holdOps(ops)
 	if s.cfg.Procs != nil {
 		s.execOps(ops)
 	}

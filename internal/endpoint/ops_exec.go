@@ -43,6 +43,7 @@ func (s *Server) opExec(c *call) (any, error) {
 		Overflow  string            `json:"overflow"`
 		GraceMs   *int64            `json:"grace_ms"`
 		Attach    *bool             `json:"attach"`
+		keepAwakeParam
 	}
 	if err := c.params(&p); err != nil {
 		return nil, err
@@ -80,13 +81,13 @@ func (s *Server) opExec(c *call) (any, error) {
 			o.Grace = -1 // explicit zero: no grace at all
 		}
 	}
-	return s.create(c, p.Attach, func() (*stream.Stream, map[string]any, error) {
+	return s.create(c, p.Attach, s.keepAwake(p.KeepAwake, func() (*stream.Stream, map[string]any, error) {
 		st, err := s.cfg.Procs.Exec(o)
 		if err != nil {
 			return nil, nil, err
 		}
 		return st, map[string]any{"stream": st.ID, "pid": st.Pid}, nil
-	})
+	}))
 }
 
 // create runs build, which creates a stream and its result, and attaches

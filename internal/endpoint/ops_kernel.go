@@ -104,6 +104,7 @@ func (s *Server) opExecute(c *call) (any, error) {
 		TimeoutMs  int64   `json:"timeout_ms"`
 		AllowStdin bool    `json:"allow_stdin"`
 		Attach     *bool   `json:"attach"`
+		keepAwakeParam
 	}
 	if err := c.params(&p); err != nil {
 		return nil, err
@@ -116,13 +117,13 @@ func (s *Server) opExecute(c *call) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(c.ss.ctx, kernelStartBound)
 	defer cancel()
-	return s.create(c, p.Attach, func() (*stream.Stream, map[string]any, error) {
+	return s.create(c, p.Attach, s.keepAwake(p.KeepAwake, func() (*stream.Stream, map[string]any, error) {
 		st, kernel, err := s.cfg.Kernels.Execute(ctx, p.Kernel, *p.Code, time.Duration(p.TimeoutMs)*time.Millisecond, p.AllowStdin)
 		if err != nil {
 			return nil, nil, err
 		}
 		return st, map[string]any{"stream": st.ID, "kernel": kernel}, nil
-	})
+	}))
 }
 
 func (s *Server) opInputReply(c *call) (any, error) {

@@ -27,6 +27,7 @@ func (s *Server) opPTY(c *call) (any, error) {
 		Tag    string            `json:"tag"`
 		Buffer int               `json:"buffer"`
 		Attach *bool             `json:"attach"`
+		keepAwakeParam
 	}
 	if err := c.params(&p); err != nil {
 		return nil, err
@@ -42,13 +43,13 @@ func (s *Server) opPTY(c *call) (any, error) {
 	if p.Buffer < 0 || p.Buffer > stream.MaxByteCapacity {
 		return nil, wire.Errorf(wire.CodeBadRequest, "buffer must be between 0 and %d bytes", stream.MaxByteCapacity)
 	}
-	return s.create(c, p.Attach, func() (*stream.Stream, map[string]any, error) {
+	return s.create(c, p.Attach, s.keepAwake(p.KeepAwake, func() (*stream.Stream, map[string]any, error) {
 		st, err := s.cfg.PTYs.Start(o)
 		if err != nil {
 			return nil, nil, err
 		}
 		return st, map[string]any{"stream": st.ID, "pid": st.Pid}, nil
-	})
+	}))
 }
 
 // maxDimension bounds terminal sizes: beyond it a client bug, not a screen.

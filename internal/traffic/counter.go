@@ -3,7 +3,9 @@
 //
 // Only payload bytes of websocket messages count. Health probes, metrics
 // scrapes and traffic polls never touch the counter: a host that watches a
-// sandbox must not keep it awake by watching.
+// sandbox must not keep it awake by watching. Work that crosses no byte
+// (a silent job, a client waiting on something outside) keeps the sandbox
+// awake through holds (holds.go).
 package traffic
 
 import (
@@ -25,18 +27,48 @@ type Counter struct {
 	last     atomic.Int64 // unix ns (wall) of the last counted byte, for reports
 	lastMono atomic.Int64 // monotonic ns of the last counted byte, for idleness
 	conns    atomic.Int64
-	maxIdle  atomic.Int64         // seconds; 0 means no idle policy
-	now      func() time.Time     // wall clock
-	mono     func() time.Duration // monotonic clock, from any fixed origin
+	maxIdle  atomic.Int64 // seconds; 0 means no idle policy
+	clock    Clock
+	holds    *Holds
 }
 
+// Clock is where a Counter reads the time. Mono is a monotonic clock from
+// any fixed origin; Now is the wall clock, only used in reports.
+type Clock interface {
+	Now() time.Time
+	Mono() time.Duration
+}
+
+// systemClock reads the machine's clocks.
+type systemClock struct{ origin time.Time }
+
+func (s systemClock) Now() time.Time      { return time.Now() }
+func (s systemClock) Mono() time.Duration { return time.Since(s.origin) }
+
 // NewCounter starts counting; the last activity starts now.
-func NewCounter() *Counter {
-	origin := time.Now()
-	c := &Counter{now: time.Now, mono: func() time.Duration { return time.Since(origin) }}
+func NewCounter() *Counter { return NewCounterWithClock(systemClock{origin: time.Now()}) }
+
+// NewCounterWithClock is NewCounter on another clock (tests pass one they
+// can move).
+func NewCounterWithClock(clock Clock) *Counter {
+	c := &Counter{clock: clock, holds: newHolds(clock)}
 	c.Touch()
 	return c
 }
+
+// Holds are the counter's holds on the idle clock.
+func (c *Counter) Holds() *Holds { return c.holds }
+
+// Resumed restarts the idle clock after a VM resume and gives every lease
+// its full ttl again, so clients cut by the resume have time to reconnect
+// and renew.
+func (c *Counter) Resumed() {
+	c.Touch()
+	c.holds.resumed()
+}
+
+// Close stops watching the streams that hold the idle clock.
+func (c *Counter) Close() { c.holds.close() }
 
 // In counts n bytes received; n <= 0 counts nothing.
 func (c *Counter) In(n int) {
@@ -60,8 +92,8 @@ func (c *Counter) Out(n int) {
 // Concurrent callers never move the idle clock back; the reported wall
 // time follows the wall clock, steps included.
 func (c *Counter) Touch() {
-	storeMax(&c.lastMono, int64(c.mono()))
-	c.last.Store(c.now().UnixNano())
+	storeMax(&c.lastMono, int64(c.clock.Mono()))
+	c.last.Store(c.clock.Now().UnixNano())
 }
 
 // storeMax raises v to x unless it is already higher.
@@ -95,6 +127,7 @@ type Snapshot struct {
 	Connections        int64       `json:"connections"`
 	IdlePolicy         *IdlePolicy `json:"idle_policy,omitempty"`
 	Idle               bool        `json:"idle"`
+	Holds              []HoldInfo  `json:"holds"`
 }
 
 // IdlePolicy is the configured policy as reported.
@@ -102,14 +135,21 @@ type IdlePolicy struct {
 	MaxIdleSeconds int64 `json:"max_idle_seconds"`
 }
 
-// Snapshot reads the counters.
+// Snapshot reads the counters. Idle time runs from the later of the last
+// counted byte and the moment the last hold stopped counting; while a hold
+// counts, it is zero.
 func (c *Counter) Snapshot() Snapshot {
+	now := c.clock.Mono()
+	held, stopped, holds := c.holds.settle(now, c.clock.Now())
 	s := Snapshot{
 		BytesIn:            c.in.Load(),
 		BytesOut:           c.out.Load(),
 		LastActivityUnixMs: c.last.Load() / 1e6,
-		IdleMs:             max(int64(c.mono())-c.lastMono.Load(), 0) / 1e6,
 		Connections:        c.conns.Load(),
+		Holds:              holds,
+	}
+	if !held {
+		s.IdleMs = max(int64(now)-max(c.lastMono.Load(), int64(stopped)), 0) / 1e6
 	}
 	if m := c.maxIdle.Load(); m > 0 {
 		s.IdlePolicy = &IdlePolicy{MaxIdleSeconds: m}

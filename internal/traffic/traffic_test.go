@@ -6,62 +6,27 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rayito/rayito-agent/internal/traffic/traffictest"
 )
 
-// fakeNow is a settable wall and monotonic clock, so a 60 s idle policy
-// can be tested without waiting a minute.
-type fakeNow struct {
-	mu      sync.Mutex
-	t       time.Time
-	elapsed time.Duration
-}
-
-func (f *fakeNow) now() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.t
-}
-
-func (f *fakeNow) mono() time.Duration {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.elapsed
-}
-
-// advance lets time pass: both clocks move.
-func (f *fakeNow) advance(d time.Duration) {
-	f.mu.Lock()
-	f.t = f.t.Add(d)
-	f.elapsed += d
-	f.mu.Unlock()
-}
-
-// step sets the wall clock, as the host does after a resume; no time passes.
-func (f *fakeNow) step(d time.Duration) {
-	f.mu.Lock()
-	f.t = f.t.Add(d)
-	f.mu.Unlock()
-}
-
-func newFakeCounter() (*Counter, *fakeNow) {
-	clock := &fakeNow{t: time.Unix(1_800_000_000, 0), elapsed: time.Hour}
-	c := &Counter{now: clock.now, mono: clock.mono}
-	c.Touch()
-	return c, clock
+func newFakeCounter() (*Counter, *traffictest.Clock) {
+	clock := traffictest.NewClock()
+	return NewCounterWithClock(clock), clock
 }
 
 func TestCounts(t *testing.T) {
 	c, clock := newFakeCounter()
 	c.In(10)
-	clock.advance(3 * time.Second)
+	clock.Advance(3 * time.Second)
 	c.Out(25)
 	c.ConnOpened()
 	s := c.Snapshot()
 	if s.BytesIn != 10 || s.BytesOut != 25 || s.Connections != 1 || s.IdleMs != 0 {
 		t.Fatalf("%+v", s)
 	}
-	if s.LastActivityUnixMs != clock.now().UnixMilli() {
-		t.Fatalf("last activity %d, want %d", s.LastActivityUnixMs, clock.now().UnixMilli())
+	if s.LastActivityUnixMs != clock.Now().UnixMilli() {
+		t.Fatalf("last activity %d, want %d", s.LastActivityUnixMs, clock.Now().UnixMilli())
 	}
 	if s.IdlePolicy != nil || s.Idle {
 		t.Fatalf("idle without a policy: %+v", s)
@@ -78,11 +43,11 @@ func TestIdlePolicy(t *testing.T) {
 	if err := c.SetMaxIdle(60); err != nil {
 		t.Fatal(err)
 	}
-	clock.advance(59 * time.Second)
+	clock.Advance(59 * time.Second)
 	if c.Snapshot().Idle {
 		t.Fatal("idle after 59 s of a 60 s policy")
 	}
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	if s := c.Snapshot(); !s.Idle || s.IdleMs != 60000 || s.IdlePolicy.MaxIdleSeconds != 60 {
 		t.Fatalf("not idle after 60 s: %+v", s)
 	}
@@ -90,7 +55,7 @@ func TestIdlePolicy(t *testing.T) {
 	if c.Snapshot().Idle {
 		t.Fatal("a counted byte did not end idleness")
 	}
-	clock.advance(2 * time.Minute)
+	clock.Advance(2 * time.Minute)
 	c.Touch()
 	if c.Snapshot().Idle {
 		t.Fatal("Touch (a resume) did not reset the idle clock")
@@ -119,13 +84,13 @@ func TestIdleHookRunsOncePerIdlePeriod(t *testing.T) {
 		}
 	}
 	waitRuns(0)
-	clock.advance(61 * time.Second)
+	clock.Advance(61 * time.Second)
 	waitRuns(1)
-	clock.advance(10 * time.Minute)
+	clock.Advance(10 * time.Minute)
 	waitRuns(1)
 	c.Out(5) // activity, then idle again
 	waitRuns(1)
-	clock.advance(61 * time.Second)
+	clock.Advance(61 * time.Second)
 	waitRuns(2)
 }
 
@@ -137,14 +102,14 @@ func TestWallClockStepIsNotIdleTime(t *testing.T) {
 	c, clock := newFakeCounter()
 	c.SetMaxIdle(60)
 	c.Touch() // the resume
-	clock.step(3 * time.Hour)
+	clock.Step(3 * time.Hour)
 	if s := c.Snapshot(); s.Idle || s.IdleMs != 0 {
 		t.Fatalf("a wall clock step forward counted as idle time: %+v", s)
 	}
-	clock.advance(30 * time.Second)
+	clock.Advance(30 * time.Second)
 	c.In(3)
-	clock.step(-5 * time.Hour)
-	clock.advance(61 * time.Second)
+	clock.Step(-5 * time.Hour)
+	clock.Advance(61 * time.Second)
 	if s := c.Snapshot(); !s.Idle || s.IdleMs != 61000 {
 		t.Fatalf("not idle 61 s after the last byte, across a step back: %+v", s)
 	}
@@ -162,7 +127,7 @@ func TestCountersNeverGoBackwards(t *testing.T) {
 		t.Fatalf("negative counts changed the counters: %+v", s)
 	}
 	c.SetMaxIdle(60)
-	clock.advance(61 * time.Second)
+	clock.Advance(61 * time.Second)
 	c.In(0) // no byte: not activity
 	if !c.Snapshot().Idle {
 		t.Fatal("an empty message reset the idle clock")
@@ -178,7 +143,7 @@ func TestCountersNeverGoBackwards(t *testing.T) {
 					return
 				default:
 				}
-				clock.advance(time.Millisecond)
+				clock.Advance(time.Millisecond)
 				c.In(1)
 				c.Out(2)
 			}
@@ -218,7 +183,7 @@ func TestHangingHookBlocksNothing(t *testing.T) {
 		close(release)
 		w.Close()
 	}()
-	clock.advance(61 * time.Second)
+	clock.Advance(61 * time.Second)
 	waitFor(t, func() bool { return runs.Load() == 1 })
 	c.In(10)
 	if s := c.Snapshot(); s.BytesIn != 10 || s.Idle {
@@ -233,7 +198,7 @@ func TestHangingHookBlocksNothing(t *testing.T) {
 		}
 		c.In(1)
 		time.Sleep(50 * time.Millisecond)
-		clock.advance(61 * time.Second)
+		clock.Advance(61 * time.Second)
 		time.Sleep(50 * time.Millisecond)
 	}
 }
