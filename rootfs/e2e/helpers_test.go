@@ -13,21 +13,34 @@ import (
 )
 
 // The checker behind "every line exactly once" must catch each way a
-// stream can go wrong.
+// stream can go wrong, and count what was lost or duplicated.
 func TestSequenceFindsProblems(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		input string
 		want  string // substring of the first problem; "" for none
+		tally tally  // what it counted
 	}{
-		{"complete", "tick 0 7\ntick 1 7\r\ntick 2 7\ndone 3 7\n", ""},
-		{"duplicate", "tick 0 7\ntick 1 7\ntick 1 7\ntick 2 7\ndone 3 7\n", "duplicate"},
-		{"missing", "tick 0 7\ntick 2 7\ndone 3 7\n", "missing"},
-		{"restarted", "tick 0 7\ntick 1 8\ndone 2 8\n", "restarted"},
-		{"short", "tick 0 7\ntick 1 7\ndone 3 7\n", "producer made 3"},
-		{"no end", "tick 0 7\n", "no done line"},
-		{"garbage", "tick 0 7\nhello\ndone 1 7\n", "unexpected line"},
-		{"unterminated", "tick 0 7\ndone 1 7\ntick", "unterminated"},
+		{"complete", "tick 0 7\ntick 1 7\r\ntick 2 7\ndone 3 7\n", "",
+			tally{items: 3, received: 37}},
+		{"duplicate", "tick 0 7\ntick 1 7\ntick 1 7\ntick 2 7\ndone 3 7\n", "duplicate",
+			tally{items: 3, dup: 1, received: 45, dupBytes: 9}},
+		{"missing", "tick 0 7\ntick 9 7\ndone 10 7\n", "missing",
+			tally{items: 2, lost: 8, received: 28, lostBytes: 72}},
+		{"missing across a digit", "tick 8 7\ntick 11 7\ndone 12 7\n", "missing",
+			tally{items: 2, lost: 10, received: 29, lostBytes: 8*9 + 9 + 10}},
+		{"restarted", "tick 0 7\ntick 1 8\ndone 2 8\n", "restarted",
+			tally{items: 2, received: 27}},
+		{"short", "tick 0 7\ntick 1 7\ndone 3 7\n", "producer made 3",
+			tally{items: 2, received: 27}},
+		{"no end", "tick 0 7\n", "no done line",
+			tally{items: 1, received: 9}},
+		{"garbage", "tick 0 7\nhello\ndone 1 7\n", "unexpected line",
+			tally{items: 1, received: 24, stray: 6}},
+		{"unterminated", "tick 0 7\ndone 1 7\ntick", "unterminated",
+			tally{items: 1, received: 22}},
+		{"torn", "tick 0 7\ntick 1 7\ndone 2 7\n" + "x", "unterminated",
+			tally{items: 2, received: 28}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSequence("tick", 7)
@@ -42,7 +55,34 @@ func TestSequenceFindsProblems(t *testing.T) {
 			case tc.want != "" && (len(problems) == 0 || !strings.Contains(problems[0], tc.want)):
 				t.Errorf("problems %q, want one about %q", problems, tc.want)
 			}
+			if got := s.counts(); got != tc.tally {
+				t.Errorf("counted %+v, want %+v", got, tc.tally)
+			}
 		})
+	}
+	// A producer that wrote more bytes than its lines account for (a line
+	// repeated inside another one's bytes is no item) is caught by the
+	// byte count alone.
+	s := newSequence("tick", 7)
+	s.feed("tick 0 7\ntick 1  7\ndone 2 7\n")
+	if _, problems := s.result(); len(problems) != 1 || !strings.Contains(problems[0], "bytes received") {
+		t.Errorf("problems %q, want one about the bytes", problems)
+	}
+}
+
+// Event seqs must go 1, 2, 3...: holes and repeats are counted.
+func TestSequenceEventSeqs(t *testing.T) {
+	s := newSequence("watch", 0)
+	for _, seq := range []uint64{1, 2, 2, 5, 6, 3} {
+		s.seqEvent(seq)
+	}
+	want := tally{events: 4, lostEvents: 2, dupEvents: 2}
+	if got := s.counts(); got != want {
+		t.Errorf("counted %+v, want %+v", got, want)
+	}
+	_, problems := s.result()
+	if len(problems) < 3 || !strings.Contains(problems[0], "duplicate") || !strings.Contains(problems[1], "2 missing") {
+		t.Errorf("problems %q", problems)
 	}
 }
 
@@ -92,3 +132,4 @@ func TestHostRoute(t *testing.T) {
 		t.Error("request reached the old address after Down and Set")
 	}
 }
+
