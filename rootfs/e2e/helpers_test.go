@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -133,3 +134,62 @@ func TestHostRoute(t *testing.T) {
 	}
 }
 
+// The soak's verdict must catch each thing it promises to check.
+func TestSoakReportFindsProblems(t *testing.T) {
+	good := func() *soakReport {
+		rep := &soakReport{cycles: 20, streams: []string{"exec: fine", "watch: fine"}, tallies: []tally{{items: 9}, {items: 9, events: 18}}}
+		for i := uint64(1); i <= 20; i++ {
+			rep.results = append(rep.results, cycleResult{reattached: time.Duration(i) * time.Second})
+			rep.reconnects = append(rep.reconnects, i)
+		}
+		rep.reconnects = append(rep.reconnects, 20) // a second reconnect in a generation is no error
+		rep.final.ResumeGeneration = 20
+		for _, c := range []uint64{0, 10, 20} {
+			rep.samples = append(rep.samples, footprint{cycle: c, rssKiB: 20000, fds: 30, threads: 8, goroutines: 60})
+		}
+		rep.samples[0].rssKiB = 10000 // growth before the first cycle is warm-up
+		return rep
+	}
+	if fs := good().failures(); len(fs) > 0 {
+		t.Fatalf("a good soak failed: %q", fs)
+	}
+	if p50, p99, lo, hi := good().percentiles(func(r cycleResult) time.Duration { return r.reattached }); p50 != 10*time.Second || p99 != 20*time.Second || lo != time.Second || hi != 20*time.Second {
+		t.Errorf("percentiles %s %s %s %s, want 10s 20s 1s 20s", p50, p99, lo, hi)
+	}
+	for _, tc := range []struct {
+		name  string
+		spoil func(*soakReport)
+		want  string
+	}{
+		{"a cycle missing", func(r *soakReport) {
+			r.results, r.reconnects, r.final.ResumeGeneration = r.results[:19], r.reconnects[:19], 19
+		}, "19 of 20 cycles"},
+		{"a line lost", func(r *soakReport) { r.tallies[0].lost = 1 }, "lost or duplicated: exec"},
+		{"bytes duplicated", func(r *soakReport) { r.tallies[0].dupBytes = 3 }, "lost or duplicated: exec"},
+		{"stray bytes", func(r *soakReport) { r.tallies[0].stray = 3 }, "lost or duplicated: exec"},
+		{"an event lost", func(r *soakReport) { r.tallies[1].lostEvents = 1 }, "lost or duplicated: watch"},
+		{"an event twice", func(r *soakReport) { r.tallies[1].dupEvents = 1 }, "lost or duplicated: watch"},
+		{"generation off", func(r *soakReport) { r.final.ResumeGeneration = 21 }, "final resume generation 21"},
+		{"a reconnect missing", func(r *soakReport) { r.reconnects = slices.Delete(r.reconnects, 4, 5) }, "reconnected at generations"},
+		{"a reconnect at 0", func(r *soakReport) { r.reconnects = append([]uint64{0}, r.reconnects...) }, "reconnected at generations"},
+		{"kernel lost once", func(r *soakReport) { r.results[3].kernelStateLost = true }, "kernel_state_lost after 1"},
+		{"kernel lost at the end", func(r *soakReport) { r.final.KernelStateLost = true }, "kernel_state_lost"},
+		{"a reading failed", func(r *soakReport) { r.sampleErrs = []string{"after cycle 10: boom"} }, "boom"},
+		{"descriptors grow", func(r *soakReport) { r.samples[2].fds += fdSlack + 1 }, "descriptors"},
+		{"goroutines grow", func(r *soakReport) { r.samples[2].goroutines += goroutineSlack + 1 }, "goroutines"},
+		{"RSS grows", func(r *soakReport) { r.samples[2].rssKiB += rssSlackKiB + 1 }, "RSS"},
+		{"threads grow", func(r *soakReport) { r.samples[2].threads += threadSlack + 1 }, "threads"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := good()
+			tc.spoil(rep)
+			fs := rep.failures()
+			if len(fs) != 1 || !strings.Contains(fs[0], tc.want) {
+				t.Errorf("failures %q, want one about %q", fs, tc.want)
+			}
+			if md := rep.markdown(true); !strings.Contains(md, tc.want) {
+				t.Errorf("the report does not say %q:\n%s", tc.want, md)
+			}
+		})
+	}
+}
