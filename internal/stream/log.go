@@ -219,3 +219,15 @@ func (l *Log) Stats() LogStats {
 	defer l.s.mu.Unlock()
 	return LogStats{Start: l.start, End: l.end, Acked: l.acked, Lost: l.lost}
 }
+
+// Retained is the memory the log holds for clients in bytes: its output
+// buffer as allocated (it grows up to the capacity), or its events'
+// encodings.
+func (l *Log) Retained() int {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if l.unit == Events {
+		return l.evBytes
+	}
+	return len(l.bytes.buf)
+}
