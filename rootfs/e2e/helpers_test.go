@@ -145,9 +145,13 @@ func TestSoakReportFindsProblems(t *testing.T) {
 		rep.reconnects = append(rep.reconnects, 20) // a second reconnect in a generation is no error
 		rep.final.ResumeGeneration = 20
 		for _, c := range []uint64{0, 10, 20} {
-			rep.samples = append(rep.samples, footprint{cycle: c, rssKiB: 20000, fds: 30, threads: 8, goroutines: 60})
+			rep.samples = append(rep.samples, footprint{cycle: c, rss: 20 << 20, fds: 30, threads: 8, goroutines: 60, live: 8 << 20, retained: 3 << 20})
 		}
-		rep.samples[0].rssKiB = 10000 // growth before the first cycle is warm-up
+		rep.samples[0].rss = 10 << 20 // growth before the first cycle is warm-up
+		// Retention may grow, and RSS with it.
+		rep.samples[2].retained += 4 << 20
+		rep.samples[2].live += 4 << 20
+		rep.samples[2].rss += rssSlack + 8<<20
 		return rep
 	}
 	if fs := good().failures(); len(fs) > 0 {
@@ -177,7 +181,13 @@ func TestSoakReportFindsProblems(t *testing.T) {
 		{"a reading failed", func(r *soakReport) { r.sampleErrs = []string{"after cycle 10: boom"} }, "boom"},
 		{"descriptors grow", func(r *soakReport) { r.samples[2].fds += fdSlack + 1 }, "descriptors"},
 		{"goroutines grow", func(r *soakReport) { r.samples[2].goroutines += goroutineSlack + 1 }, "goroutines"},
-		{"RSS grows", func(r *soakReport) { r.samples[2].rssKiB += rssSlackKiB + 1 }, "RSS"},
+		{"RSS grows", func(r *soakReport) { r.samples[2].rss++ }, "RSS"},
+		{"live heap grows", func(r *soakReport) { r.samples[2].live += liveSlack + 1 }, "live heap less retention"},
+		{"retention shrinks, live heap not", func(r *soakReport) {
+			r.samples[2].retained -= 4 << 20
+			r.samples[2].rss -= 8 << 20
+		}, "live heap less retention"},
+		{"output dropped", func(r *soakReport) { r.samples[2].lost = 7 }, "discarded 7 bytes or events"},
 		{"threads grow", func(r *soakReport) { r.samples[2].threads += threadSlack + 1 }, "threads"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
