@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // kernelTable is a Kernels whose answers the test sets: the sequence's
@@ -208,7 +211,8 @@ func (f *fakeClocks) set(rtc, boot time.Duration) {
 func TestClockJumpDetector(t *testing.T) {
 	clocks := &fakeClocks{}
 	var fired atomic.Int32
-	d := watchClocks(clocks, time.Hour, func() { fired.Add(1) }) // checked by hand below
+	core, logs := observer.New(zap.InfoLevel)
+	d := watchClocks(clocks, zap.New(core), time.Hour, func() { fired.Add(1) }) // checked by hand below
 	defer d.Close()
 	clocks.set(1500*time.Millisecond, 0) // RTC resolution noise
 	if d.Check() {
@@ -232,6 +236,17 @@ func TestClockJumpDetector(t *testing.T) {
 	}
 	if fired.Load() != 2 {
 		t.Fatalf("report called %d times, want 2", fired.Load())
+	}
+	// Each jump is logged with the offsets that moved.
+	jumps := logs.FilterMessage("clock jump").All()
+	if len(jumps) != 2 {
+		t.Fatalf("%d jumps logged, want 2: %+v", len(jumps), logs.All())
+	}
+	if f := jumps[0].ContextMap(); f["rtc_offset_was"] != time.Duration(0) || f["rtc_offset"] != 42*time.Second {
+		t.Errorf("first jump logged with %v, want the RTC offset from 0 to 42s", f)
+	}
+	if f := jumps[1].ContextMap(); f["boot_offset_was"] != time.Duration(0) || f["boot_offset"] != 10*time.Second {
+		t.Errorf("second jump logged with %v, want the boot offset from 0 to 10s", f)
 	}
 }
 
@@ -287,7 +302,7 @@ func TestLoadedMachineIsNotAClockJump(t *testing.T) {
 		t.Fatal("the test RTC is not read")
 	}
 	var fired atomic.Int32
-	d := watchClocks(clocks, time.Hour, func() { fired.Add(1) }) // checked by hand below
+	d := watchClocks(clocks, nil, time.Hour, func() { fired.Add(1) }) // checked by hand below
 	defer d.Close()
 	stall[0].Store(true)
 	stall[1].Store(true)
