@@ -166,9 +166,57 @@ func TestCorruptStateIsAnError(t *testing.T) {
 func TestClockIsSetFromHostTime(t *testing.T) {
 	var got atomic.Int64
 	m, _ := New(Options{SetClock: func(t time.Time) error { got.Store(t.UnixNano()); return nil }})
-	m.Resume(context.Background(), Report{Source: SourceHost, TimeUnixNs: 1796000000000000000})
-	if got.Load() != 1796000000000000000 {
-		t.Fatalf("clock set to %d", got.Load())
+	const host = 1796000000000000000
+	m.Resume(context.Background(), Report{Source: SourceHost, TimeUnixNs: host})
+	if d := time.Duration(got.Load() - host); d < 0 || d > time.Second {
+		t.Fatalf("clock set to %d, %s after the host's time", got.Load(), d)
+	}
+}
+
+// slowKernels holds the kernel check until release is closed.
+type slowKernels struct {
+	checking chan struct{} // closed when the check started
+	release  chan struct{}
+}
+
+func (k *slowKernels) Check(ctx context.Context) []KernelHealth {
+	close(k.checking)
+	<-k.release
+	return nil
+}
+
+func (k *slowKernels) List() []KernelHealth { return nil }
+
+// A host's report that waits behind a resume in progress (a slow kernel
+// check) sets the clock to its time plus the wait, not to a time that is
+// as old as the wait.
+func TestHostTimeCountsTheWait(t *testing.T) {
+	var got atomic.Int64
+	k := &slowKernels{checking: make(chan struct{}), release: make(chan struct{})}
+	m, _ := New(Options{Kernels: k, KernelCheck: time.Minute, SetClock: func(t time.Time) error { got.Store(t.UnixNano()); return nil }})
+	detected := make(chan struct{})
+	go func() {
+		defer close(detected)
+		m.Resume(context.Background(), Report{Source: SourceClock})
+	}()
+	<-k.checking
+	host := time.Now()
+	answered := make(chan State, 1)
+	go func() {
+		answered <- m.Resume(context.Background(), Report{Source: SourceHost, TimeUnixNs: host.UnixNano()})
+	}()
+	const wait = 2 * time.Second
+	time.Sleep(wait)
+	close(k.release)
+	<-detected
+	if s := <-answered; s.Generation != 1 {
+		t.Fatalf("the host's report of the same restore made generation %d", s.Generation)
+	}
+	// The report arrived right after host and waited about wait; a
+	// loaded machine may start its goroutine late, hence half of it.
+	if set := time.Unix(0, got.Load()); set.Sub(host) < wait/2 {
+		t.Errorf("clock set to %s, %s after the host's time, which came %s before the report got its turn",
+			set.Format(time.RFC3339Nano), set.Sub(host), wait)
 	}
 }
 
