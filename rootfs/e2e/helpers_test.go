@@ -71,6 +71,40 @@ func TestSequenceFindsProblems(t *testing.T) {
 	}
 }
 
+// One generation too many shows where it happened, however the cycles
+// after it went.
+func TestSoakReportFindsExtraGeneration(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// The cycles (from 0) whose generation after, and before, are one
+		// more than they should be from then on.
+		after, before uint64
+		want          string
+	}{
+		{"a restore bumped twice", 9, 10, "restore 10 took the generation from 9 to 11 (the one before ended at 9)"},
+		{"a bump between restores", 10, 10, "restore 11 took the generation from 11 to 12 (the one before ended at 10)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := &soakReport{cycles: 20}
+			for i := uint64(0); i < 20; i++ {
+				res := cycleResult{before: i, generation: i + 1}
+				if i >= tc.after {
+					res.generation++
+				}
+				if i >= tc.before {
+					res.before++
+				}
+				rep.results = append(rep.results, res)
+			}
+			rep.final.ResumeGeneration = 21
+			fs := rep.failures()
+			if len(fs) < 2 || fs[0] != tc.want || !strings.Contains(fs[1], "final resume generation 21") {
+				t.Errorf("failures %q, want %q first, then the final generation", fs, tc.want)
+			}
+		})
+	}
+}
+
 // Event seqs must go 1, 2, 3...: holes and repeats are counted.
 func TestSequenceEventSeqs(t *testing.T) {
 	s := newSequence("watch", 0)
@@ -139,7 +173,7 @@ func TestSoakReportFindsProblems(t *testing.T) {
 	good := func() *soakReport {
 		rep := &soakReport{cycles: 20, streams: []string{"exec: fine", "watch: fine"}, tallies: []tally{{items: 9}, {items: 9, events: 18}}}
 		for i := uint64(1); i <= 20; i++ {
-			rep.results = append(rep.results, cycleResult{reattached: time.Duration(i) * time.Second})
+			rep.results = append(rep.results, cycleResult{before: i - 1, generation: i, reattached: time.Duration(i) * time.Second})
 			rep.reconnects = append(rep.reconnects, i)
 		}
 		rep.reconnects = append(rep.reconnects, 20) // a second reconnect in a generation is no error

@@ -47,6 +47,9 @@ func TestResumeWithOpenStreams(t *testing.T) {
 		if !ok {
 			t.FailNow()
 		}
+		if res.generation != i {
+			t.Errorf("restore %d: generation %d", i, res.generation)
+		}
 		timings.add(t, "restore to resume detected in the guest", res.detected)
 		timings.add(t, "restore to every stream reattached (client reconnected)", res.reattached)
 		timings.add(t, "restore to new output on every stream", res.output)
@@ -134,22 +137,25 @@ func startRig(t *testing.T, ctx context.Context, tag string, pc pace) *rig {
 	return r
 }
 
-// cycleResult is what one snapshot/restore cycle measured, from the start
-// of the restore.
+// cycleResult is what one snapshot/restore cycle saw and measured (the
+// durations from the start of the restore).
 type cycleResult struct {
-	detected   time.Duration // the agent reported the new generation
-	reattached time.Duration // the client had every handle reattached
-	output     time.Duration // every stream delivered new items
+	// before is the agent's generation before the snapshot, generation
+	// the one it reported after the restore and the host's call for it.
+	before, generation uint64
+	detected           time.Duration // the agent reported a new generation
+	reattached         time.Duration // the client had every handle reattached
+	output             time.Duration // every stream delivered new items
 	// kernelStateLost is what /health said once the resume was detected.
 	kernelStateLost bool
 }
 
-// cycle runs snapshot/restore cycle gen in a subtest (see resumeCycle),
+// cycle runs snapshot/restore cycle n in a subtest (see resumeCycle),
 // then checks the files and the kernel's x. ok is false if the VM could
 // not be restored, after which the rig is unusable.
-func (r *rig) cycle(t *testing.T, ctx context.Context, gen uint64) (res cycleResult, ok bool) {
-	t.Run(fmt.Sprintf("cycle%d", gen), func(st *testing.T) {
-		res = r.resumeCycle(st, t, gen)
+func (r *rig) cycle(t *testing.T, ctx context.Context, n uint64) (res cycleResult, ok bool) {
+	t.Run(fmt.Sprintf("cycle%d", n), func(st *testing.T) {
+		res = r.resumeCycle(st, t)
 		ok = true
 	})
 	if !ok {
@@ -158,7 +164,7 @@ func (r *rig) cycle(t *testing.T, ctx context.Context, gen uint64) (res cycleRes
 	r.g.checkFiles(t, ctx, r.files)
 	ex, err := r.def.Execute(ctx, "x", client.ExecuteOptions{})
 	if err != nil || ex.Text() != "42" {
-		t.Errorf("x after restore %d: %+v, %v; want 42", gen, ex, err)
+		t.Errorf("x after restore %d: %+v, %v; want 42", n, ex, err)
 	}
 	return res, true
 }
@@ -197,10 +203,17 @@ func (r *rig) finish(t *testing.T, ctx context.Context) []string {
 
 // resumeCycle snapshots the VM with the streams flowing, keeps it
 // stopped, restores it on another port and checks that everything picked
-// up. The restored VM becomes r.cur; owner's end closes it.
-func (r *rig) resumeCycle(t, owner *testing.T, gen uint64) cycleResult {
+// up: the restore must bump the generation by exactly one. The restored
+// VM becomes r.cur; owner's end closes it.
+func (r *rig) resumeCycle(t, owner *testing.T) cycleResult {
 	ctx := opContext(t)
 	var res cycleResult
+	h0, err := r.c.Health(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.before = h0.ResumeGeneration
+	gen := res.before + 1
 	before := map[string]int{}
 	for _, p := range r.producers {
 		n := p.seq.count()
@@ -227,7 +240,13 @@ func (r *rig) resumeCycle(t, owner *testing.T, gen uint64) cycleResult {
 	// then, so the client reconnects once, after the resume was
 	// published). Then the host's call for the same restore, and a retry
 	// of it, are folded into it.
-	h := waitGeneration(t, ctx, next.AgentURL(), nil, gen)
+	h, err := awaitGeneration(ctx, next.AgentURL(), nil, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.ResumeGeneration != gen {
+		t.Errorf("the restore took the generation from %d to %d: %+v", res.before, h.ResumeGeneration, h)
+	}
 	res.detected = time.Since(restored)
 	res.kernelStateLost = h.KernelStateLost
 	r.route.Set(hostAddr(t, next))
@@ -244,7 +263,10 @@ func (r *rig) resumeCycle(t, owner *testing.T, gen uint64) cycleResult {
 	}
 	// The host's call waited for the detected resume to finish, so
 	// last_resume is complete now.
-	h, err := r.c.Health(ctx)
+	h, err = r.c.Health(ctx)
+	if err == nil {
+		res.generation = h.ResumeGeneration
+	}
 	switch {
 	case err != nil:
 		t.Fatal(err)
@@ -256,9 +278,9 @@ func (r *rig) resumeCycle(t, owner *testing.T, gen uint64) cycleResult {
 		t.Logf("restore %d detected in the guest by %s; the resume sequence took %d ms", gen, h.LastResume.Source, h.LastResume.DurationMs)
 	}
 
-	at, err := r.gens.wait(ctx, gen)
+	at, err := r.gens.wait(ctx, res.generation)
 	if err != nil {
-		t.Fatalf("the client did not reconnect at generation %d: %v", gen, err)
+		t.Fatalf("the client did not reconnect at generation %d: %v", res.generation, err)
 	}
 	res.reattached = at.Sub(restored)
 	for _, p := range r.producers {

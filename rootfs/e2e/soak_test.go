@@ -140,6 +140,9 @@ type footprint struct {
 	live       int64 // the live heap (go_gc_heap_live_bytes)
 	retained   int64 // what the streams hold for clients (rayito_stream_retained_bytes)
 	lost       int64 // rayito_stream_lost_total
+	// ended is how many streams the agent keeps after their end (the
+	// soak's own short commands, kept ten minutes for later attaches).
+	ended int
 }
 
 // net is the live heap apart from what the streams retain for clients.
@@ -178,6 +181,11 @@ func (r *rig) footprint(ctx context.Context) (footprint, error) {
 	}
 	f.goroutines, f.live = int(m["go_goroutines"]), int64(m["go_gc_heap_live_bytes"])
 	f.retained, f.lost = int64(m["rayito_stream_retained_bytes"]), int64(m["rayito_stream_lost_total"])
+	for name, v := range m {
+		if strings.HasPrefix(name, "rayito_streams{") && strings.Contains(name, `state="ended"`) {
+			f.ended += int(v)
+		}
+	}
 	return f, nil
 }
 
@@ -237,8 +245,8 @@ func (rep *soakReport) sample(t *testing.T, ctx context.Context, r *rig, cycle u
 	}
 	f.cycle = cycle
 	rep.samples = append(rep.samples, f)
-	t.Logf("soak: agent after cycle %d: RSS %s, %d fds, %d threads, %d goroutines, live heap %s of which %s retained for clients; %d lost",
-		cycle, mib(f.rss), f.fds, f.threads, f.goroutines, mib(f.live), mib(f.retained), f.lost)
+	t.Logf("soak: agent after cycle %d: RSS %s, %d fds, %d threads, %d goroutines, live heap %s of which %s retained for clients; %d lost; %d ended streams kept",
+		cycle, mib(f.rss), f.fds, f.threads, f.goroutines, mib(f.live), mib(f.retained), f.lost, f.ended)
 }
 
 // failures lists everything the soak must not see.
@@ -253,6 +261,13 @@ func (rep *soakReport) failures() []string {
 		}
 	}
 	// Generations: one per restore, in order, seen by the client too.
+	prev := uint64(0)
+	for i, res := range rep.results {
+		if res.before != prev || res.generation != res.before+1 {
+			fs = append(fs, fmt.Sprintf("restore %d took the generation from %d to %d (the one before ended at %d)", i+1, res.before, res.generation, prev))
+		}
+		prev = res.generation
+	}
 	if got := rep.final.ResumeGeneration; got != uint64(len(rep.results)) {
 		fs = append(fs, fmt.Sprintf("final resume generation %d after %d restores", got, len(rep.results)))
 	}
@@ -361,10 +376,10 @@ func (rep *soakReport) markdown(failed bool) string {
 		"the client reconnected %d times, at generations %s. kernel_state_lost: %d of %d restores, %t at the end.\n\n",
 		rep.final.ResumeGeneration, len(rep.results), len(rep.reconnects), spanOf(gens), lost, len(rep.results), rep.final.KernelStateLost)
 
-	b.WriteString("| agent after cycle | RSS | descriptors | threads | goroutines | live heap | of it retained for clients | live heap less retention |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| agent after cycle | RSS | descriptors | threads | goroutines | live heap | of it retained for clients | live heap less retention | ended streams kept |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, f := range rep.samples {
-		fmt.Fprintf(&b, "| %d | %s | %d | %d | %d | %s | %s | %s |\n", f.cycle, mib(f.rss), f.fds, f.threads, f.goroutines,
-			mib(f.live), mib(f.retained), mib(f.net()))
+		fmt.Fprintf(&b, "| %d | %s | %d | %d | %d | %s | %s | %s | %d |\n", f.cycle, mib(f.rss), f.fds, f.threads, f.goroutines,
+			mib(f.live), mib(f.retained), mib(f.net()), f.ended)
 	}
 
 	b.WriteString("\n| from the start of a restore to | p50 | p99 | min | max |\n|---|---|---|---|---|\n")
