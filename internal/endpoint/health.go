@@ -15,12 +15,14 @@ import (
 type Health struct {
 	Status  string `json:"status"`
 	Version string `json:"version"`
+	// Instance changes when the agent restarts, not when the VM resumes.
+	Instance string `json:"instance"`
 	resume.State
 	UptimeMs int64 `json:"uptime_ms"`
 }
 
 func (s *Server) health() Health {
-	h := Health{Status: "ok", Version: s.cfg.Version, UptimeMs: time.Since(s.started).Milliseconds()}
+	h := Health{Status: "ok", Version: s.cfg.Version, Instance: s.instance(), UptimeMs: time.Since(s.started).Milliseconds()}
 	if s.cfg.Resume != nil {
 		h.State = s.cfg.Resume.State()
 	}
@@ -28,6 +30,14 @@ func (s *Server) health() Health {
 		h.Kernels = []resume.KernelHealth{}
 	}
 	return h
+}
+
+// instance is this run's id, which stream ids carry too.
+func (s *Server) instance() string {
+	if s.cfg.Streams == nil {
+		return ""
+	}
+	return s.cfg.Streams.Instance()
 }
 
 func (s *Server) generation() uint64 {
