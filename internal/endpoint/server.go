@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -59,8 +60,10 @@ type Server struct {
 	http    *http.Server
 
 	// initMu makes each /v1/init whole: two first calls cannot both find
-	// no token and both set one.
-	initMu sync.Mutex
+	// no token and both set one. initDone: an init succeeded, so the
+	// open first call is used up.
+	initMu   sync.Mutex
+	initDone atomic.Bool
 
 	mu       sync.Mutex
 	sessions map[*Session]struct{}
