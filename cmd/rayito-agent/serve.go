@@ -84,8 +84,8 @@ func parseServe(args []string) (config, error) {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	n, err := strconv.ParseInt(idleDefault, 10, 64)
-	if err != nil || (n != 0 && n < traffic.MinIdleSeconds) || n < 0 {
-		return c, fmt.Errorf("--max-idle-seconds must be a whole number of at least %d, got %q", traffic.MinIdleSeconds, idleDefault)
+	if err != nil || (n != 0 && n < traffic.MinIdleSeconds) || n < 0 || n > traffic.MaxIdleSeconds {
+		return c, fmt.Errorf("--max-idle-seconds must be a whole number from %d to %d, got %q", traffic.MinIdleSeconds, traffic.MaxIdleSeconds, idleDefault)
 	}
 	c.maxIdle = n
 	d, err := time.ParseDuration(checkDefault)

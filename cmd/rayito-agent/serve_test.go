@@ -36,6 +36,7 @@ func TestParseServe(t *testing.T) {
 		{"--kernel-check-timeout", "1h"},
 		{"--max-idle-seconds", "30"},
 		{"--max-idle-seconds", "-60"},
+		{"--max-idle-seconds", "2592001"},
 		{"extra"},
 	} {
 		_, err := parseServe(bad)

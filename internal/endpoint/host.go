@@ -13,6 +13,7 @@ import (
 
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/traffic"
 	"github.com/rayito/rayito-agent/internal/wire"
 )
 
@@ -205,8 +206,8 @@ func (s *Server) handleInit(w http.ResponseWriter, r *http.Request) {
 	var idle *int64
 	if body.IdlePolicy != nil && body.IdlePolicy.MaxIdleSeconds != nil {
 		idle = body.IdlePolicy.MaxIdleSeconds
-		if *idle < 60 {
-			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "idle_policy.max_idle_seconds must be at least 60, got %d", *idle))
+		if *idle < traffic.MinIdleSeconds || *idle > traffic.MaxIdleSeconds {
+			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "idle_policy.max_idle_seconds must be from %d to %d (30 days), got %d", traffic.MinIdleSeconds, traffic.MaxIdleSeconds, *idle))
 			return
 		}
 	}
