@@ -26,13 +26,20 @@ func TestServeHelper(t *testing.T) {
 
 // startAgent runs a real agent in a child process and returns its URL.
 func startAgent(t *testing.T, token string) string {
+	return startAgentUnder(t, token, nil)
+}
+
+// startAgentUnder is startAgent with the agent's command line after
+// prefix (such as a shell that lowers a limit first).
+func startAgentUnder(t *testing.T, token string, prefix []string) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestServeHelper$")
+	argv := append(append([]string{}, prefix...), os.Args[0], "-test.run=^TestServeHelper$")
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(),
 		"RAYITO_TEST_SERVE=--listen "+addr+" --state-dir "+t.TempDir()+" --log-level warn",
 		"RAYITO_ACCESS_TOKEN="+token)

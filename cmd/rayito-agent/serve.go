@@ -148,6 +148,10 @@ const hookTimeout = time.Minute
 
 // run wires the agent together and serves until SIGTERM or SIGINT.
 func run(cfg config, log *zap.Logger) error {
+	nofile, _, err := raiseFDLimit()
+	if err != nil {
+		log.Warn("cannot raise the descriptor limit", zap.Uint64("fd_limit", nofile), zap.Error(err))
+	}
 	reaper, err := proc.NewReaper()
 	if err != nil {
 		return fmt.Errorf("becoming a child subreaper: %w", err)
@@ -254,6 +258,7 @@ func run(cfg config, log *zap.Logger) error {
 		return err
 	}
 	log.Info("serving", zap.String("listen", l.Addr().String()), zap.String("version", version),
+		zap.Uint64("fd_limit", nofile), zap.Int("max_connections", endpoint.ConnLimitFor(nofile)),
 		zap.Bool("token_set", cfg.token != ""), zap.String("state_dir", cfg.stateDir),
 		zap.Uint64("resume_generation", resumer.Generation()))
 

@@ -84,6 +84,8 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	m.Metric("rayito_bytes_out_total", "counter", "Websocket payload bytes sent.", "", float64(t.BytesOut))
 	m.Metric("rayito_idle_seconds", "gauge", "Seconds since the last counted byte.", "", float64(t.IdleMs)/1000)
 	m.Metric("rayito_connections", "gauge", "Open websocket connections.", "", float64(t.Connections))
+	m.Metric("rayito_http_connections_refused_total", "counter", "Connections over the limits, served the host routes only or closed.", "", float64(s.conns.refused.Load()))
+	m.Metric("rayito_http_connections_evicted_total", "counter", "Idle connections closed to make room for new ones.", "", float64(s.conns.evicted.Load()))
 	h := s.health()
 	m.Metric("rayito_resume_generation", "gauge", "Resumes since the first boot.", "", float64(h.Generation))
 	lost := 0.0
