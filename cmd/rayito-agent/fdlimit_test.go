@@ -19,7 +19,7 @@ import (
 func TestDescriptorFlood(t *testing.T) {
 	t.Parallel()
 	const limit, flood = 400, 388
-	url := startAgentUnder(t, "fd-token", []string{"sh", "-c", `ulimit -n 400 && exec "$0" "$@"`})
+	url := startAgentWith(t, "fd-token", agentOptions{prefix: []string{"sh", "-c", `ulimit -n 400 && exec "$0" "$@"`}}).url
 	addr := strings.TrimPrefix(url, "ws://")
 	var held []net.Conn
 	defer func() {
