@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -81,6 +82,17 @@ type conn struct {
 	state   http.ConnState
 	changed time.Time
 	authed  bool
+}
+
+var _ io.ReaderFrom = (*conn)(nil)
+
+// ReadFrom keeps the socket's own (sendfile, splice): net/http sends a
+// file body through it, and the embedded interface alone would hide it.
+func (c *conn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
 }
 
 func (c *conn) Close() error {
