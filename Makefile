@@ -9,8 +9,10 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 BIN := bin/rayito-agent
 LISTEN ?= 127.0.0.1:49983
 STATE_DIR ?= $(CURDIR)/build/state
-# A development token; set RAYITO_ACCESS_TOKEN to choose your own.
-DEV_TOKEN := $(or $(RAYITO_ACCESS_TOKEN),dev-$(shell head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n'))
+# make run's token: RAYITO_ACCESS_TOKEN if set, else one made once and
+# kept in the state directory (mode 0600), so an exported token still
+# works after a restart.
+DEV_TOKEN_FILE := $(STATE_DIR)/dev-token
 
 # Debian packages the unit tests need: a real ipykernel and ps; the image
 # build and VM tools come from rootfs/deps.sh.
@@ -31,12 +33,18 @@ build: $(BIN)
 AGENT := $(BIN)
 include rootfs/Makefile.inc
 
+# The agent leaves this machine's clock alone (--set-clock=false): that
+# is only its job inside a sandbox VM.
 run: build
 	@mkdir -p $(STATE_DIR)
-	@echo "rayito-agent $(VERSION) on ws://$(LISTEN)"
-	@echo "token: $(DEV_TOKEN)"
-	@echo "try:   RAYITO_ACCESS_TOKEN=$(DEV_TOKEN) $(BIN) exec --url ws://$(LISTEN) -- echo hello"
-	RAYITO_ACCESS_TOKEN=$(DEV_TOKEN) $(BIN) serve --listen $(LISTEN) --state-dir $(STATE_DIR) --log-level info
+	@if [ -z "$$RAYITO_ACCESS_TOKEN" ] && [ ! -s $(DEV_TOKEN_FILE) ]; then \
+		(umask 077; echo "dev-$$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')" > $(DEV_TOKEN_FILE)); fi
+	@token="$${RAYITO_ACCESS_TOKEN:-$$(cat $(DEV_TOKEN_FILE))}"; \
+	echo "rayito-agent $(VERSION) on ws://$(LISTEN)"; \
+	echo "token: $$token"; \
+	echo "try:   export RAYITO_ACCESS_TOKEN=$$token"; \
+	echo "       $(BIN) exec --url ws://$(LISTEN) -- echo hello"; \
+	RAYITO_ACCESS_TOKEN=$$token exec $(BIN) serve --listen $(LISTEN) --state-dir $(STATE_DIR) --log-level info --set-clock=false
 
 # deps installs what the tests need, only when something is missing.
 deps: rootfs-deps

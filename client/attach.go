@@ -26,6 +26,11 @@ type AttachOptions struct {
 	// Window is the unacknowledged bytes the agent may send per channel:
 	// 0 picks the default (1 MiB), NoWindow none.
 	Window int
+	// Instance, when set, is the agent run the stream belongs to (the
+	// Client.Instance it was made under): an agent that restarted since
+	// refuses the attach (not_found) instead of matching Pid or Tag
+	// against its new streams.
+	Instance string
 	// OnStdout and OnStderr work as in ExecOptions (Attach only).
 	OnStdout, OnStderr func([]byte)
 	// OnOutput works as in PTYOptions (AttachPTY only).
@@ -84,6 +89,9 @@ func (c *Client) attach(ctx context.Context, o AttachOptions, want Kind, outs ou
 		p.Window = &window
 	}
 	p.From = o.From
+	if o.Instance != "" {
+		p.Instance = &o.Instance
+	}
 	var h *handle
 	var r attachResult
 	_, err := c.call(ctx, "attach", p, callOpts{retry: true, onResult: func(cn *conn, res json.RawMessage, abandoned bool) error {

@@ -34,6 +34,7 @@ type conn struct {
 	c    *Client
 	ws   *websocket.Conn
 	gen  uint64
+	inst string                   // the agent run that answered
 	done chan struct{}            // closed when the reader ended
 	hdr  [wire.MaxDataHeader]byte // reader goroutine: head of a data frame
 	text []byte                   // reader goroutine: one control frame
@@ -53,6 +54,7 @@ type helloMsg struct {
 	Protocol   int    `json:"protocol"`
 	Version    string `json:"version"`
 	Generation uint64 `json:"generation"`
+	Instance   string `json:"instance"`
 }
 
 type gapMsg struct {
@@ -98,7 +100,7 @@ func (c *Client) dial(ctx context.Context) (*conn, error) {
 		ws.CloseNow()
 		return nil, fmt.Errorf("client: agent speaks protocol %d, this client 1", h.Protocol)
 	}
-	return &conn{c: c, ws: ws, gen: h.Generation, done: make(chan struct{})}, nil
+	return &conn{c: c, ws: ws, gen: h.Generation, inst: h.Instance, done: make(chan struct{})}, nil
 }
 
 // install makes cn the current connection and starts its reader; false
@@ -110,7 +112,7 @@ func (c *Client) install(cn *conn) bool {
 		cn.ws.CloseNow()
 		return false
 	}
-	c.cur, c.gen = cn, cn.gen
+	c.cur, c.gen, c.instance = cn, cn.gen, cn.inst
 	c.changedLocked()
 	c.wg.Add(1)
 	if c.opts.PingInterval > 0 {

@@ -16,6 +16,11 @@ var (
 	ErrClosed = errors.New("client: closed")
 	// ErrUnauthorized is returned by Dial when the agent refuses the token.
 	ErrUnauthorized = errors.New("client: access token refused (HTTP 401)")
+	// ErrAgentRestarted fails every handle that was live when the client
+	// reconnected to a new run of the agent (another instance): that
+	// agent's streams ended with it, and output not yet received is lost.
+	// The client itself goes on working with the new agent.
+	ErrAgentRestarted = errors.New("client: the agent restarted: its streams ended and output not yet received is lost")
 	// ErrDetached is returned by a handle's readers and Wait after Detach.
 	ErrDetached = errors.New("client: detached from the stream")
 	// ErrProtocol means the agent sent something the protocol forbids,

@@ -238,7 +238,10 @@ func (p *tcpProxy) accept() {
 		if err != nil {
 			return
 		}
-		up, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		up, err := net.Dial("tcp", target)
 		if err != nil {
 			down.Close()
 			continue
@@ -270,6 +273,14 @@ func (p *tcpProxy) pipe(dst, src net.Conn, swallow, stalled *atomic.Bool) {
 	}
 	dst.Close()
 	src.Close()
+}
+
+// retarget sends new connections to addr; "" refuses them (closes each
+// at once), as an agent that is down would.
+func (p *tcpProxy) retarget(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = addr
 }
 
 // stall makes every connection through the proxy go silent both ways

@@ -6,13 +6,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -44,6 +42,7 @@ type config struct {
 	detectVMClock bool
 	detectClock   bool
 	kernelCheck   time.Duration
+	setClock      string // true, false or auto: see clockPolicy
 }
 
 // envBool reads a boolean environment variable, or def.
@@ -64,7 +63,7 @@ func envOr(name, def string) string {
 
 func parseServe(args []string) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := commandFlags("serve", os.Stderr)
 	fs.StringVar(&c.listen, "listen", envOr("RAYITO_LISTEN", "0.0.0.0:49983"), "address of the endpoint (env RAYITO_LISTEN)")
 	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the access token (env RAYITO_ACCESS_TOKEN holds the token itself; the flag wins)")
 	fs.StringVar(&c.stateDir, "state-dir", envOr("RAYITO_STATE_DIR", "/var/lib/rayito-agent"), "directory for persisted state (env RAYITO_STATE_DIR)")
@@ -80,6 +79,7 @@ func parseServe(args []string) (config, error) {
 	checkDefault := envOr("RAYITO_KERNEL_CHECK_TIMEOUT", resume.DefaultKernelCheck.String())
 	fs.StringVar(&checkDefault, "kernel-check-timeout", checkDefault, "how long a resume waits for a kernel to answer before reporting it lost; raise it under software emulation (env RAYITO_KERNEL_CHECK_TIMEOUT)")
 	fs.BoolVar(&c.detectClock, "detect-clock-jump", envBool("RAYITO_DETECT_CLOCK_JUMP", true), "detect resumes from a jump between the RTC and the system clock (env RAYITO_DETECT_CLOCK_JUMP)")
+	fs.StringVar(&c.setClock, "set-clock", envOr("RAYITO_SET_CLOCK", "auto"), "set the wall clock from the host's time_unix_ns: true, false, or auto (only in a sandbox VM image) (env RAYITO_SET_CLOCK)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -87,8 +87,8 @@ func parseServe(args []string) (config, error) {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	n, err := strconv.ParseInt(idleDefault, 10, 64)
-	if err != nil || (n != 0 && n < traffic.MinIdleSeconds) || n < 0 {
-		return c, fmt.Errorf("--max-idle-seconds must be a whole number of at least %d, got %q", traffic.MinIdleSeconds, idleDefault)
+	if err != nil || (n != 0 && n < traffic.MinIdleSeconds) || n < 0 || n > traffic.MaxIdleSeconds {
+		return c, fmt.Errorf("--max-idle-seconds must be a whole number from %d to %d, got %q", traffic.MinIdleSeconds, traffic.MaxIdleSeconds, idleDefault)
 	}
 	c.maxIdle = n
 	n, err = strconv.ParseInt(holdDefault, 10, 64)
@@ -101,6 +101,9 @@ func parseServe(args []string) (config, error) {
 		return c, fmt.Errorf("--kernel-check-timeout must be a duration from 10ms to 5m, such as 1s or 8s, got %q", checkDefault)
 	}
 	c.kernelCheck = d
+	if c.setClock != "auto" && c.setClock != "true" && c.setClock != "false" {
+		return c, fmt.Errorf("--set-clock must be true, false or auto, got %q", c.setClock)
+	}
 	if c.tokenFile != "" {
 		b, err := os.ReadFile(c.tokenFile)
 		if err != nil {
@@ -126,6 +129,9 @@ func newLogger(level string) (*zap.Logger, error) {
 	cfg.Sampling = nil
 	cfg.EncoderConfig.TimeKey = "ts"
 	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	// The message and fields say what went wrong; a stack of the agent's
+	// own frames says nothing to the person reading the log.
+	cfg.DisableStacktrace = true
 	return cfg.Build()
 }
 
@@ -145,6 +151,11 @@ func serve(args []string) int {
 	}
 	defer log.Sync()
 	if err := run(cfg, log); err != nil {
+		var se *startupError
+		if errors.As(err, &se) {
+			fmt.Fprintln(os.Stderr, "rayito-agent:", err)
+			return 1
+		}
 		log.Error("agent stopped", zap.Error(err))
 		return 1
 	}
@@ -156,6 +167,17 @@ const hookTimeout = time.Minute
 
 // run wires the agent together and serves until SIGTERM or SIGINT.
 func run(cfg config, log *zap.Logger) error {
+	sigs := catchSignals()
+	defer signal.Stop(sigs)
+	nofile, _, err := raiseFDLimit()
+	if err != nil {
+		log.Warn("cannot raise the descriptor limit", zap.Uint64("fd_limit", nofile), zap.Error(err))
+	}
+	l, err := listen(cfg.listen)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
 	reaper, err := proc.NewReaper()
 	if err != nil {
 		return fmt.Errorf("becoming a child subreaper: %w", err)
@@ -191,12 +213,14 @@ func run(cfg config, log *zap.Logger) error {
 	})
 
 	var clockJump *resume.ClockJumpDetector
-	setClock := func(t time.Time) error {
+	setsClock, why := clockPolicy(cfg.setClock, imageMarker)
+	log.Info("wall clock", zap.Bool("set_from_host", setsClock), zap.String("because", why))
+	setClock := clockSetter(setsClock, func(t time.Time) error {
 		if clockJump != nil {
 			return clockJump.SetClock(resume.SetRealtime, t)
 		}
 		return resume.SetRealtime(t)
-	}
+	})
 	// The endpoint and the resume manager need each other: the manager
 	// cuts the endpoint's sessions, the endpoint forwards host reports.
 	// Every other surface that holds connections joins cut as well.
@@ -261,22 +285,11 @@ func run(cfg config, log *zap.Logger) error {
 		defer w.Close()
 	}
 
-	l, err := net.Listen("tcp", cfg.listen)
-	if err != nil {
-		return err
-	}
 	log.Info("serving", zap.String("listen", l.Addr().String()), zap.String("version", version),
+		zap.Uint64("fd_limit", nofile), zap.Int("max_connections", endpoint.ConnLimitFor(nofile)),
 		zap.Bool("token_set", cfg.token != ""), zap.String("state_dir", cfg.stateDir),
 		zap.Uint64("resume_generation", resumer.Generation()))
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	// A signal the agent was started with ignored (nohup, `agent &`) would
-	// stay ignored in every program it runs: Ctrl-C in a terminal would do
-	// nothing. Handling it instead resets it to the default at exec.
-	if signal.Ignored(syscall.SIGHUP) {
-		signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
-	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(l) }()
 	select {

@@ -42,6 +42,7 @@ func TestParseServe(t *testing.T) {
 		{"--max-hold-seconds", "1.5"},
 		{"--max-hold-seconds", "8h"},
 		{"--max-hold-seconds", "99999999999"},
+		{"--max-idle-seconds", "2592001"},
 		{"extra"},
 	} {
 		_, err := parseServe(bad)

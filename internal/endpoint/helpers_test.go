@@ -97,9 +97,10 @@ func (c cutter) CutForResume(ctx context.Context, gen uint64) { (*c.srv).CutForR
 // rawConn is a bare websocket client that speaks frames, for testing the
 // endpoint without the SDK.
 type rawConn struct {
-	t    testing.TB
-	c    *websocket.Conn
-	next uint64
+	t     testing.TB
+	c     *websocket.Conn
+	next  uint64
+	hello map[string]any
 }
 
 func (a *testAgent) dial(t testing.TB) *rawConn {
@@ -112,8 +113,8 @@ func (a *testAgent) dial(t testing.TB) *rawConn {
 	c.SetReadLimit(wire.MaxMessage)
 	t.Cleanup(func() { c.CloseNow() })
 	rc := &rawConn{t: t, c: c}
-	if m := rc.readControl(); m["event"] != "hello" {
-		t.Fatalf("first frame is not hello: %v", m)
+	if rc.hello = rc.readControl(); rc.hello["event"] != "hello" {
+		t.Fatalf("first frame is not hello: %v", rc.hello)
 	}
 	return rc
 }

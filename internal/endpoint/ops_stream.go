@@ -51,9 +51,20 @@ func (s *Server) stream(id uint64) (*stream.Stream, error) {
 	}
 	st := s.cfg.Streams.Get(id)
 	if st == nil {
+		if !s.cfg.Streams.Owns(id) {
+			return nil, wire.Errorf(wire.CodeNotFound, "no stream %d: the agent restarted since it made that stream (this is instance %s); the stream and its output are gone", id, s.instance())
+		}
 		return nil, wire.Errorf(wire.CodeNotFound, "no stream %d", id)
 	}
 	return st, nil
+}
+
+// checkInstance refuses a request made for another run of the agent.
+func (s *Server) checkInstance(instance *string) error {
+	if instance != nil && *instance != s.instance() {
+		return wire.Errorf(wire.CodeNotFound, "instance %q is gone: the agent restarted (this is instance %s); its streams and their output are gone", *instance, s.instance())
+	}
+	return nil
 }
 
 // streamResult is what ops that create or attach a stream answer.
@@ -76,8 +87,14 @@ func (s *Server) opAttach(c *call) (any, error) {
 		Tag    *string           `json:"tag"`
 		From   map[string]uint64 `json:"from"`
 		Window *int              `json:"window"`
+		// Instance, when given, must be this run's: a client that knew
+		// the agent before a restart must not read a new stream's output.
+		Instance *string `json:"instance"`
 	}
 	if err := c.params(&p); err != nil {
+		return nil, err
+	}
+	if err := s.checkInstance(p.Instance); err != nil {
 		return nil, err
 	}
 	given := 0
@@ -114,7 +131,9 @@ func (s *Server) opAttach(c *call) (any, error) {
 		return nil, err
 	}
 	c.after = start
-	return streamResult(st), nil
+	r := streamResult(st)
+	r["instance"] = s.instance()
+	return r, nil
 }
 
 func windowParam(w *int) (int, error) {
@@ -196,7 +215,7 @@ func (s *Server) opList(c *call) (any, error) {
 		}
 		out = append(out, e)
 	}
-	return map[string]any{"streams": out}, nil
+	return map[string]any{"streams": out, "instance": s.instance()}, nil
 }
 
 func (s *Server) opSignal(c *call) (any, error) {

@@ -117,7 +117,7 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 func (ss *Session) Generation() uint64 { return ss.generation }
 
 func (ss *Session) run() {
-	hello, _ := jsonBytes(map[string]any{"event": "hello", "protocol": 1, "version": ss.srv.cfg.Version, "generation": ss.generation})
+	hello, _ := jsonBytes(map[string]any{"event": "hello", "protocol": 1, "version": ss.srv.cfg.Version, "generation": ss.generation, "instance": ss.srv.instance()})
 	ss.ctrl <- outFrame{msg: hello}
 	writerDone := make(chan struct{})
 	go func() {

@@ -85,7 +85,7 @@ func (m *Manager) startInstance(ctx context.Context, ls launchSpec) (*instance, 
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "rayito-kernel-")
+	dir, err := newConnDir()
 	if err != nil {
 		return nil, fmt.Errorf("connection dir: %w", err)
 	}

@@ -78,12 +78,17 @@ func NewManager(o Options) *Manager {
 	if m.dirs == nil {
 		m.dirs = StandardDataDirs()
 	}
+	removeStaleConnDirs(m.log)
 	return m
 }
 
-// Start launches a kernel and returns once it answered kernel_info.
+// Start launches a kernel and returns once it answered kernel_info. A
+// kernel started without a kernelspec name while there is no default
+// kernel becomes the default: a user who starts "a kernel" and then runs
+// cells without naming one expects them on that kernel, not on a second.
 func (m *Manager) Start(ctx context.Context, o StartOptions) (*Kernel, error) {
-	if o.Name == "" {
+	unnamed := o.Name == ""
+	if unnamed {
 		o.Name = DefaultKernel
 	}
 	o.Env = maps.Clone(o.Env)
@@ -108,6 +113,13 @@ func (m *Manager) Start(ctx context.Context, o StartOptions) (*Kernel, error) {
 		return nil, err
 	}
 	k.log.Info("kernel started", zap.String("spec", spec.Name), zap.Int("pid", inst.pid))
+	if unnamed {
+		m.mu.Lock()
+		if m.def == nil && m.kernels[k.id] == k {
+			m.def = k
+		}
+		m.mu.Unlock()
+	}
 	m.changed()
 	return k, nil
 }

@@ -9,8 +9,9 @@ import (
 // KeepEnded is how long an ended stream stays attachable, from the protocol.
 const KeepEnded = 10 * time.Minute
 
-// Registry owns every stream of the agent. Ids start at 1 and are never
-// reused. The zero value is not usable; call NewRegistry.
+// Registry owns every stream of the agent. Ids carry the registry's
+// instance (see Instance) and are never reused, not even by a later run
+// of the agent. The zero value is not usable; call NewRegistry.
 type Registry struct {
 	mu      sync.Mutex
 	nextID  uint64
@@ -19,6 +20,11 @@ type Registry struct {
 	stop    chan struct{}
 	once    sync.Once // closes stop: Close may race with itself
 	stopped sync.WaitGroup
+
+	// The run this registry belongs to, and every id prefix it used (the
+	// last is current).
+	instance Instance
+	prefixes []uint64
 }
 
 // NewRegistry returns a registry whose sweeper forgets ended streams after
@@ -27,7 +33,9 @@ func NewRegistry(keep time.Duration) *Registry {
 	if keep <= 0 {
 		keep = KeepEnded
 	}
-	r := &Registry{streams: make(map[uint64]*Stream), keep: keep, stop: make(chan struct{})}
+	inst := NewInstance()
+	r := &Registry{instance: inst, prefixes: []uint64{inst.prefix}, nextID: inst.prefix << idBits,
+		streams: make(map[uint64]*Stream), keep: keep, stop: make(chan struct{})}
 	r.stopped.Add(1)
 	go r.sweep(min(keep/4, time.Minute))
 	return r
@@ -37,7 +45,7 @@ func NewRegistry(keep time.Duration) *Registry {
 func (r *Registry) Create(cfg Config) *Stream {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.nextID++
+	r.nextID = r.nextIDLocked()
 	s := newStream(r.nextID, cfg, time.Now())
 	r.streams[s.ID] = s
 	return s

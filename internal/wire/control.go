@@ -96,7 +96,7 @@ func (r Request) Params(v any) error {
 	dec := json.NewDecoder(bytes.NewReader(r.Raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return Errorf(CodeBadRequest, "%s: bad parameters: %v", r.Op, err)
+		return Errorf(CodeBadRequest, "%s: bad parameters: %s", r.Op, DescribeJSON(err))
 	}
 	return nil
 }
