@@ -24,8 +24,9 @@ func TestServeHelper(t *testing.T) {
 	os.Exit(serve(strings.Fields(args)))
 }
 
-// startAgent runs a real agent in a child process and returns its URL.
-func startAgent(t *testing.T, token string) string {
+// startAgent runs a real agent in a child process and returns its URL;
+// extra are more serve flags.
+func startAgent(t *testing.T, token string, extra ...string) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +35,7 @@ func startAgent(t *testing.T, token string) string {
 	l.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestServeHelper$")
 	cmd.Env = append(os.Environ(),
-		"RAYITO_TEST_SERVE=--listen "+addr+" --state-dir "+t.TempDir()+" --log-level warn",
+		"RAYITO_TEST_SERVE=--listen "+addr+" --state-dir "+t.TempDir()+" --log-level warn "+strings.Join(extra, " "),
 		"RAYITO_ACCESS_TOKEN="+token)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -18,8 +19,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/rayito/rayito-agent/internal/codeinterp"
 	"github.com/rayito/rayito-agent/internal/endpoint"
 	"github.com/rayito/rayito-agent/internal/jupyter"
+	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/resume"
@@ -43,6 +46,9 @@ type config struct {
 	detectVMClock bool
 	detectClock   bool
 	kernelCheck   time.Duration
+	// codeInterpListen, if set, serves the code-interpreter API on a
+	// second listener as well (E2B's SDK addresses port 49999).
+	codeInterpListen string
 }
 
 // envBool reads a boolean environment variable, or def.
@@ -76,6 +82,7 @@ func parseServe(args []string) (config, error) {
 	fs.BoolVar(&c.detectVMClock, "detect-vmclock", envBool("RAYITO_DETECT_VMCLOCK", true), "detect resumes from /dev/vmclock0's generation counter (env RAYITO_DETECT_VMCLOCK)")
 	checkDefault := envOr("RAYITO_KERNEL_CHECK_TIMEOUT", resume.DefaultKernelCheck.String())
 	fs.StringVar(&checkDefault, "kernel-check-timeout", checkDefault, "how long a resume waits for a kernel to answer before reporting it lost; raise it under software emulation (env RAYITO_KERNEL_CHECK_TIMEOUT)")
+	fs.StringVar(&c.codeInterpListen, "code-interpreter-listen", envOr("RAYITO_CODE_INTERPRETER_LISTEN", ""), "also serve the code-interpreter API (/execute, /contexts) on this address, such as 127.0.0.1:49999; off by default (env RAYITO_CODE_INTERPRETER_LISTEN)")
 	fs.BoolVar(&c.detectClock, "detect-clock-jump", envBool("RAYITO_DETECT_CLOCK_JUMP", true), "detect resumes from a jump between the RTC and the system clock (env RAYITO_DETECT_CLOCK_JUMP)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -202,10 +209,11 @@ func run(cfg config, log *zap.Logger) error {
 		earlier = append(earlier, k.Kernel)
 	}
 	kernels.SkipIDs(earlier)
+	auth := endpoint.NewAuth(cfg.token)
 	srv = endpoint.New(endpoint.Config{
 		Logger:   log.Named("endpoint"),
 		Version:  version,
-		Auth:     endpoint.NewAuth(cfg.token),
+		Auth:     auth,
 		Streams:  streams,
 		Traffic:  counter,
 		Procs:    procs,
@@ -219,6 +227,18 @@ func run(cfg config, log *zap.Logger) error {
 			m.Metric("rayito_orphans_reaped_total", "counter", "Orphaned descendants reaped.", "", float64(reaper.Orphans()))
 		},
 	})
+
+	// The Jupyter and code-interpreter surfaces share the listener and
+	// the token; a resume cuts their connections too.
+	jupyterAPI := jupyterapi.New(jupyterapi.Options{Kernels: kernels, Auth: auth, Traffic: counter, Logger: log})
+	codeInterp := codeinterp.New(codeinterp.Options{Kernels: kernels, Auth: auth, Traffic: counter, Logger: log})
+	for _, p := range jupyterAPI.Patterns() {
+		srv.Mount(p, jupyterAPI)
+	}
+	for _, p := range codeInterp.Patterns() {
+		srv.Mount(p, codeInterp)
+	}
+	*cut = append(*cut, jupyterAPI, codeInterp)
 
 	detected := func(src resume.Source) func() {
 		return func() { go resumer.Resume(context.Background(), resume.Report{Source: src}) }
@@ -253,6 +273,13 @@ func run(cfg config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	var ciListener net.Listener
+	if cfg.codeInterpListen != "" {
+		if ciListener, err = net.Listen("tcp", cfg.codeInterpListen); err != nil {
+			l.Close()
+			return fmt.Errorf("--code-interpreter-listen: %w", err)
+		}
+	}
 	log.Info("serving", zap.String("listen", l.Addr().String()), zap.String("version", version),
 		zap.Bool("token_set", cfg.token != ""), zap.String("state_dir", cfg.stateDir),
 		zap.Uint64("resume_generation", resumer.Generation()))
@@ -265,16 +292,30 @@ func run(cfg config, log *zap.Logger) error {
 	if signal.Ignored(syscall.SIGHUP) {
 		signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	}
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(l) }()
+	var ciServer *http.Server
+	if ciListener != nil {
+		log.Info("serving the code-interpreter API", zap.String("listen", ciListener.Addr().String()))
+		ciServer = &http.Server{Handler: codeInterp, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := ciServer.Serve(ciListener); !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- err
+			}
+		}()
+	}
 	select {
 	case err = <-serveErr:
 	case sig := <-sigs:
 		log.Info("shutting down", zap.String("signal", sig.String()))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err = srv.Shutdown(ctx)
+		if ciServer != nil {
+			ciServer.Shutdown(ctx)
+		}
 		cancel()
 	}
+	jupyterAPI.Close()
 	// Stop producers: kernels politely, then terminals and commands.
 	kernels.Close()
 	ptys.Close()
