@@ -110,13 +110,23 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 }
 
 // pump writes the cell's events as lines until the cell ends, the
-// attachment is cut (a resume) or the client goes away.
+// attachment is cut (a resume) or the client goes away. Lines are flushed
+// when no more output is ready, so a burst of output (or a cell's last
+// lines and the end of the body) leaves in one write.
 func (s *Server) pump(ctx context.Context, out *lineWriter, ex *execution) error {
+	ready, none := context.WithCancel(context.Background())
+	none() // Next with a done context returns only what is ready now
 	errored := false
 	for {
-		nctx, cancel := context.WithTimeout(ctx, keepaliveEvery)
-		it, err := ex.att.Next(nctx, nil, 1<<20)
-		cancel()
+		it, err := ex.att.Next(ready, nil, 1<<20)
+		if errors.Is(err, context.Canceled) {
+			if err := out.flush(); err != nil {
+				return err
+			}
+			nctx, cancel := context.WithTimeout(ctx, keepaliveEvery)
+			it, err = ex.att.Next(nctx, nil, 1<<20)
+			cancel()
+		}
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
@@ -150,6 +160,8 @@ func (s *Server) pump(ctx context.Context, out *lineWriter, ex *execution) error
 				return err
 			}
 		case stream.ItemEnd:
+			// Not flushed: the handler's return sends these lines and
+			// the end of the body together.
 			for _, line := range endLines(it.End, errored) {
 				if err := out.line(line); err != nil {
 					return err
@@ -206,7 +218,7 @@ func (s *Server) CutForResume(ctx context.Context, gen uint64) {
 	}
 }
 
-// lineWriter writes NDJSON lines, each flushed at once.
+// lineWriter writes NDJSON lines into the response's buffer.
 type lineWriter struct {
 	w  http.ResponseWriter
 	rc *http.ResponseController
@@ -217,8 +229,9 @@ func (lw *lineWriter) line(v any) error {
 	if err != nil {
 		return err
 	}
-	if _, err := lw.w.Write(append(b, '\n')); err != nil {
-		return err
-	}
-	return lw.rc.Flush()
+	_, err = lw.w.Write(append(b, '\n'))
+	return err
 }
+
+// flush sends the buffered lines to the client.
+func (lw *lineWriter) flush() error { return lw.rc.Flush() }

@@ -37,9 +37,11 @@ const (
 
 // BenchmarkSurfacesRoundTrip runs the cell `x` to its end (execute_reply
 // and the idle status, or the end of the NDJSON body) on one kernel of
-// the agent: with a bare ZeroMQ client, through the Jupyter websocket
-// (v1 framing) and through the code interpreter's /execute. Then the same
-// through Debian's jupyter_server, on a kernel of the same kernelspec.
+// the agent: with a bare ZeroMQ client ("direct"), through the Jupyter
+// websocket in the v1 framing ("ws") and through the code interpreter's
+// /execute ("execute"); and through Debian's jupyter_server's websocket
+// on a kernel of the same kernelspec ("jupyter_server"). It reports each
+// one's p50 and p99 and the ratios of the p50s.
 func BenchmarkSurfacesRoundTrip(b *testing.B) {
 	mgr, reg := jupyter.SharedManager()
 	auth := endpoint.NewAuth(benchToken)
@@ -70,46 +72,49 @@ func BenchmarkSurfacesRoundTrip(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	p50s := map[string]time.Duration{}
-	measure := func(name string, cell func()) {
-		b.Run(name, func(b *testing.B) {
-			cell() // warm up
-			lat := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for range b.N {
-				start := time.Now()
-				cell()
-				lat = append(lat, time.Since(start))
-			}
-			b.StopTimer()
-			slices.Sort(lat)
-			p50s[name] = lat[len(lat)/2]
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
-		})
-	}
-
 	direct := jupyter.DirectClient(b, k)
-	measure("zmq4-direct", func() { direct("x") })
 	ws := dialV1(b, "ws"+strings.TrimPrefix(hs.URL, "http")+"/api/kernels/"+id+"/channels?token="+benchToken)
-	measure("jupyter-ws-v1", func() { ws.execute(b, "x", "42") })
-	measure("codeinterp-execute", func() { postExecute(b, hs.URL+"/execute", `{"code":"x"}`, `"text":"42"`) })
-
 	js := startJupyterServer(b)
 	jid := js.startKernel(b)
 	jws := dialV1(b, "ws"+strings.TrimPrefix(js.url, "http")+"/api/kernels/"+jid+"/channels?token="+benchToken)
 	jws.execute(b, "x = 42", "")
-	measure("jupyter_server-ws-v1", func() { jws.execute(b, "x", "42") })
 
-	base := p50s["zmq4-direct"]
-	for _, name := range []string{"jupyter-ws-v1", "codeinterp-execute", "jupyter_server-ws-v1"} {
-		if p, ok := p50s[name]; ok && base > 0 {
-			b.Logf("p50 %s %v: %.2fx direct ZeroMQ (%v)", name, p, float64(p)/float64(base), base)
+	// The clients take turns within each iteration, so that the load of
+	// a shared machine, which drifts over seconds, weighs on all alike.
+	surfaces := []struct {
+		name string
+		cell func()
+		lat  []time.Duration
+	}{
+		{name: "direct", cell: func() { direct("x") }},
+		{name: "ws", cell: func() { ws.execute(b, "x", "42") }},
+		{name: "execute", cell: func() { postExecute(b, hs.URL+"/execute", `{"code":"x"}`, `"text":"42"`) }},
+		{name: "jupyter_server", cell: func() { jws.execute(b, "x", "42") }},
+	}
+	for i := range surfaces {
+		surfaces[i].cell() // warm up
+	}
+	b.ResetTimer()
+	for n := range b.N {
+		for j := range surfaces {
+			s := &surfaces[(n+j)%len(surfaces)]
+			start := time.Now()
+			s.cell()
+			s.lat = append(s.lat, time.Since(start))
 		}
 	}
-	if p, ok := p50s["jupyter_server-ws-v1"]; ok {
-		b.Logf("jupyter_server's websocket is %.1fx the agent's, %.1fx its /execute", float64(p)/float64(p50s["jupyter-ws-v1"]), float64(p)/float64(p50s["codeinterp-execute"]))
+	b.StopTimer()
+	p50 := map[string]time.Duration{}
+	for _, s := range surfaces {
+		slices.Sort(s.lat)
+		p50[s.name] = s.lat[len(s.lat)/2]
+		b.ReportMetric(float64(p50[s.name].Microseconds())/1000, s.name+"-p50-ms")
+		b.ReportMetric(float64(s.lat[len(s.lat)*99/100].Microseconds())/1000, s.name+"-p99-ms")
 	}
+	b.ReportMetric(float64(p50["ws"])/float64(p50["direct"]), "ws/direct")
+	b.ReportMetric(float64(p50["execute"])/float64(p50["direct"]), "execute/direct")
+	b.ReportMetric(float64(p50["jupyter_server"])/float64(p50["ws"]), "jupyter_server/ws")
+	b.ReportMetric(float64(p50["jupyter_server"])/float64(p50["execute"]), "jupyter_server/execute")
 }
 
 // v1Client speaks the v1 kernel websocket framing.
