@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 	"go.uber.org/zap"
@@ -22,6 +23,9 @@ const (
 	// restart", which @jupyterlab/services answers by reconnecting (it
 	// gives up on 1000 and 1001).
 	closeResumed websocket.StatusCode = 1012
+	// startPoll paces the checks of a kernel that is restarting while a
+	// client's message waits for it.
+	startPoll = 20 * time.Millisecond
 )
 
 // relay is the Control of a kernel's relay stream.
@@ -159,10 +163,30 @@ func (c *channelConn) read(ctx context.Context) {
 			m, err = decodeLegacy(data, typ == websocket.MessageBinary)
 		}
 		if err == nil {
-			err = c.relay.SendMsg(m)
+			err = c.sendWhenStarted(ctx, m)
 		}
 		if err != nil {
 			c.log.Warn("dropped a client message", zap.Error(err))
+		}
+	}
+}
+
+// sendWhenStarted sends m, waiting while the kernel is (re)starting: a
+// client that reconnects during a restart sends kernel_info_request at
+// once and waits for its reply, which jupyter_server's queues would have
+// delivered to the new process. Later messages wait behind it, in order.
+func (c *channelConn) sendWhenStarted(ctx context.Context, m jupyter.Msg) error {
+	deadline := time.Now().Add(opBound)
+	for {
+		err := c.relay.SendMsg(m)
+		k, gerr := c.s.o.Kernels.Get(c.kernel)
+		if err == nil || gerr != nil || k.Info().State != jupyter.StateStarting || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(startPoll):
 		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/rayito/rayito-agent/internal/jupyter"
 )
 
 // wsClient is a bare kernel websocket client with its own framing code,
@@ -380,5 +382,22 @@ func TestShutdownRefusesWebsockets(t *testing.T) {
 	res, body := a.do(t, "GET", "api/kernels/"+k.ID()+"/channels", "")
 	if res.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("websocket after Close: %d %s", res.StatusCode, body)
+	}
+}
+
+// TestWebsocketMessageWaitsForRestart: a message sent while the kernel
+// restarts reaches the new process instead of being dropped.
+func TestWebsocketMessageWaitsForRestart(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, false)
+	k := a.startKernel(t)
+	w := a.dialKernel(t, k.ID(), true)
+	restarted := make(chan error, 1)
+	go func() { restarted <- a.kernels.Restart(context.Background(), k.ID()) }()
+	eventually(t, "the kernel is restarting", func() bool { return k.Info().State == jupyter.StateStarting })
+	id := w.send("shell", "kernel_info_request", map[string]any{})
+	w.until(isReply(id, "kernel_info_reply"))
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
 	}
 }
