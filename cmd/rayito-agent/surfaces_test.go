@@ -1,11 +1,19 @@
 package main
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 )
 
 // TestSurfacesMounted: the agent serves jupyter_server's API and the
@@ -74,5 +82,75 @@ func TestParseCodeInterpreterListen(t *testing.T) {
 	}
 	if c, err := parseServe([]string{"--code-interpreter-listen", ":50000"}); err != nil || c.codeInterpListen != ":50000" {
 		t.Fatalf("the flag wins: %+v, %v", c, err)
+	}
+}
+
+// TestResumeCutsSurfaces: POST /v1/resume on a real agent closes kernel
+// websockets with 1012 and ends a running /execute with an error line
+// that names the resume.
+func TestResumeCutsSurfaces(t *testing.T) {
+	base := "http" + strings.TrimPrefix(startAgent(t, "resume-token"), "ws")
+	do := func(method, path, body string, header ...string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	code, body := do("POST", "/api/kernels", `{"name":"python3"}`, "Authorization", "token resume-token")
+	var k struct{ ID string }
+	if err := json.Unmarshal([]byte(body), &k); err != nil || code != 201 {
+		t.Fatalf("start kernel: %d %s", code, body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/api/kernels/"+k.ID+"/channels?token=resume-token",
+		&websocket.DialOptions{Subprotocols: []string{"v1.kernel.websocket.jupyter.org"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+
+	// A cell that waits until it is told to end.
+	gate := filepath.Join(t.TempDir(), "gate")
+	req, _ := http.NewRequest("POST", base+"/execute", strings.NewReader(`{"code":"import os, time\nprint('running', flush=True)\nwhile not os.path.exists('`+gate+`'): time.sleep(0.02)"}`))
+	req.Header.Set("X-Access-Token", "resume-token")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	defer os.WriteFile(gate, nil, 0o644)
+	lines := bufio.NewScanner(res.Body)
+	if !lines.Scan() || !strings.Contains(lines.Text(), "running") {
+		t.Fatalf("first line %q", lines.Text())
+	}
+
+	if code, body := do("POST", "/v1/resume", `{}`, "Authorization", "Bearer resume-token"); code != 200 {
+		t.Fatalf("resume: %d %s", code, body)
+	}
+	for {
+		if _, _, err := ws.Read(ctx); err != nil {
+			if websocket.CloseStatus(err) != 1012 {
+				t.Fatalf("kernel websocket closed with %v, want 1012", err)
+			}
+			break
+		}
+	}
+	var last string
+	for lines.Scan() {
+		if !strings.Contains(lines.Text(), "keepalive") {
+			last = lines.Text()
+		}
+	}
+	if !strings.Contains(last, `"name":"SandboxResumed"`) {
+		t.Fatalf("the execute response ended with %q", last)
 	}
 }
