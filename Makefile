@@ -78,7 +78,10 @@ unit: deps node-deps
 # test is everything: unit tests, then the image and the VM tests.
 test: unit e2e
 
+# The Jupyter surfaces' benchmark also measures Debian's jupyter_server.
+BENCH_PACKAGES := python3-jupyter-server
 bench: deps
+	@$(MAKE) --no-print-directory deps TEST_PACKAGES="$(BENCH_PACKAGES)"
 	CGO_ENABLED=1 $(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
 
 FUZZTIME ?= 30s

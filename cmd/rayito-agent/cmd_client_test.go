@@ -26,9 +26,10 @@ func TestServeHelper(t *testing.T) {
 	os.Exit(serve(strings.Fields(args)))
 }
 
-// startAgent runs a real agent in a child process and returns its URL.
-func startAgent(t *testing.T, token string) string {
-	return startAgentWith(t, token, agentOptions{}).url
+// startAgent runs a real agent in a child process and returns its URL;
+// extra are more serve flags.
+func startAgent(t *testing.T, token string, extra ...string) string {
+	return startAgentWith(t, token, agentOptions{flags: strings.Join(extra, " ")}).url
 }
 
 // agentOptions vary how startAgentWith runs the agent.

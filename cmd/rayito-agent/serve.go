@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -16,8 +18,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/rayito/rayito-agent/internal/codeinterp"
 	"github.com/rayito/rayito-agent/internal/endpoint"
 	"github.com/rayito/rayito-agent/internal/jupyter"
+	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/resume"
@@ -43,6 +47,9 @@ type config struct {
 	detectClock   bool
 	kernelCheck   time.Duration
 	setClock      string // true, false or auto: see clockPolicy
+	// codeInterpListen, if set, serves the code-interpreter API on a
+	// second listener as well (E2B's SDK addresses port 49999).
+	codeInterpListen string
 }
 
 // envBool reads a boolean environment variable, or def.
@@ -78,6 +85,7 @@ func parseServe(args []string) (config, error) {
 	fs.BoolVar(&c.detectVMClock, "detect-vmclock", envBool("RAYITO_DETECT_VMCLOCK", true), "detect resumes from /dev/vmclock0's generation counter (env RAYITO_DETECT_VMCLOCK)")
 	checkDefault := envOr("RAYITO_KERNEL_CHECK_TIMEOUT", resume.DefaultKernelCheck.String())
 	fs.StringVar(&checkDefault, "kernel-check-timeout", checkDefault, "how long a resume waits for a kernel to answer before reporting it lost; raise it under software emulation (env RAYITO_KERNEL_CHECK_TIMEOUT)")
+	fs.StringVar(&c.codeInterpListen, "code-interpreter-listen", envOr("RAYITO_CODE_INTERPRETER_LISTEN", ""), "also serve the code-interpreter API (/execute, /contexts) on this address, such as 127.0.0.1:49999; off by default (env RAYITO_CODE_INTERPRETER_LISTEN)")
 	fs.BoolVar(&c.detectClock, "detect-clock-jump", envBool("RAYITO_DETECT_CLOCK_JUMP", true), "detect resumes from a jump between the RTC and the system clock (env RAYITO_DETECT_CLOCK_JUMP)")
 	fs.StringVar(&c.setClock, "set-clock", envOr("RAYITO_SET_CLOCK", "auto"), "set the wall clock from the host's time_unix_ns: true, false, or auto (only in a sandbox VM image) (env RAYITO_SET_CLOCK)")
 	if err := fs.Parse(args); err != nil {
@@ -178,6 +186,13 @@ func run(cfg config, log *zap.Logger) error {
 		return err
 	}
 	defer l.Close()
+	var ciListener net.Listener
+	if cfg.codeInterpListen != "" {
+		if ciListener, err = listen(cfg.codeInterpListen); err != nil {
+			return fmt.Errorf("--code-interpreter-listen: %w", err)
+		}
+		defer ciListener.Close()
+	}
 	reaper, err := proc.NewReaper()
 	if err != nil {
 		return fmt.Errorf("becoming a child subreaper: %w", err)
@@ -238,10 +253,11 @@ func run(cfg config, log *zap.Logger) error {
 		earlier = append(earlier, k.Kernel)
 	}
 	kernels.SkipIDs(earlier)
+	auth := endpoint.NewAuth(cfg.token)
 	srv = endpoint.New(endpoint.Config{
 		Logger:   log.Named("endpoint"),
 		Version:  version,
-		Auth:     endpoint.NewAuth(cfg.token),
+		Auth:     auth,
 		Streams:  streams,
 		Traffic:  counter,
 		Procs:    procs,
@@ -255,6 +271,18 @@ func run(cfg config, log *zap.Logger) error {
 			m.Metric("rayito_orphans_reaped_total", "counter", "Orphaned descendants reaped.", "", float64(reaper.Orphans()))
 		},
 	})
+
+	// The Jupyter and code-interpreter surfaces share the listener and
+	// the token; a resume cuts their connections too.
+	jupyterAPI := jupyterapi.New(jupyterapi.Options{Kernels: kernels, Auth: auth, Traffic: counter, Logger: log})
+	codeInterp := codeinterp.New(codeinterp.Options{Kernels: kernels, Auth: auth, Traffic: counter, Logger: log})
+	for _, p := range jupyterAPI.Patterns() {
+		srv.Mount(p, jupyterAPI)
+	}
+	for _, p := range codeInterp.Patterns() {
+		srv.Mount(p, codeInterp)
+	}
+	*cut = append(*cut, jupyterAPI, codeInterp)
 
 	detected := func(src resume.Source) func() {
 		return func() { go resumer.Resume(context.Background(), resume.Report{Source: src}) }
@@ -290,16 +318,30 @@ func run(cfg config, log *zap.Logger) error {
 		zap.Bool("token_set", cfg.token != ""), zap.String("state_dir", cfg.stateDir),
 		zap.Uint64("resume_generation", resumer.Generation()))
 
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(l) }()
+	var ciServer *http.Server
+	if ciListener != nil {
+		log.Info("serving the code-interpreter API", zap.String("listen", ciListener.Addr().String()))
+		ciServer = &http.Server{Handler: codeInterp, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+		go func() {
+			if err := ciServer.Serve(ciListener); !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- err
+			}
+		}()
+	}
 	select {
 	case err = <-serveErr:
 	case sig := <-sigs:
 		log.Info("shutting down", zap.String("signal", sig.String()))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err = srv.Shutdown(ctx)
+		if ciServer != nil {
+			ciServer.Shutdown(ctx)
+		}
 		cancel()
 	}
+	jupyterAPI.Close()
 	// Stop producers: kernels politely, then terminals and commands.
 	kernels.Close()
 	ptys.Close()

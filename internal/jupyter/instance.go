@@ -49,6 +49,7 @@ var errPortClash = errors.New("jupyter: kernel port taken by another process")
 // closes exited and then calls onExit.
 type instance struct {
 	pid           int
+	cwd           string       // where the process started
 	reaper        *proc.Reaper // started the process; signals its group
 	info          connInfo
 	interruptMsg  bool
@@ -111,7 +112,7 @@ func (m *Manager) startInstance(ctx context.Context, ls launchSpec) (*instance, 
 		return nil, wire.Errorf(wire.CodeUnavailable, "start kernel %s: %v", ls.spec.Name, err)
 	}
 	inst := &instance{
-		pid: pid, reaper: m.reaper, info: info, interruptMsg: ls.spec.InterruptMode == interruptMessage, dir: dir,
+		pid: pid, cwd: res.Dir, reaper: m.reaper, info: info, interruptMsg: ls.spec.InterruptMode == interruptMessage, dir: dir,
 		log: ls.log.With(zap.Int("pid", pid)), onExit: ls.onExit,
 		dialed: make(chan struct{}), exited: make(chan struct{}), abandon: make(chan struct{}),
 		tail: &tailBuffer{max: outputTail}, outDone: make(chan struct{}), outputPipe: outR,
