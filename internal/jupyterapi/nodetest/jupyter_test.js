@@ -87,12 +87,14 @@ const cases = {
     out = await execute(kernel, "print('hello from the kernel')");
     assert.deepEqual(out.streams, ['stdout:hello from the kernel\n']);
 
-    // Interrupt a busy kernel once the cell is running.
+    // Interrupt a busy kernel once the cell is running. The cell says so
+    // itself: an interrupt that lands between execute_input and the user's
+    // code hits ipykernel's own machinery, which then sends no reply.
     const busy = { results: [], errors: [] };
-    const future = kernel.requestExecute({ code: 'import time; time.sleep(30)' });
+    const future = kernel.requestExecute({ code: "import time; print('sleeping', flush=True); time.sleep(30)" });
     const started = new Promise(resolve => {
       future.onIOPub = msg => {
-        if (msg.header.msg_type === 'execute_input') resolve();
+        if (msg.header.msg_type === 'stream') resolve();
         if (msg.header.msg_type === 'error') busy.errors.push(msg.content.ename);
       };
     });
