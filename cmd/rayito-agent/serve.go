@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/envdapi"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/ptymux"
@@ -43,6 +44,8 @@ type config struct {
 	detectVMClock bool
 	detectClock   bool
 	kernelCheck   time.Duration
+	// envdOpen serves the envd-compatible API without a token (unsafe).
+	envdOpen bool
 }
 
 // envBool reads a boolean environment variable, or def.
@@ -77,6 +80,7 @@ func parseServe(args []string) (config, error) {
 	checkDefault := envOr("RAYITO_KERNEL_CHECK_TIMEOUT", resume.DefaultKernelCheck.String())
 	fs.StringVar(&checkDefault, "kernel-check-timeout", checkDefault, "how long a resume waits for a kernel to answer before reporting it lost; raise it under software emulation (env RAYITO_KERNEL_CHECK_TIMEOUT)")
 	fs.BoolVar(&c.detectClock, "detect-clock-jump", envBool("RAYITO_DETECT_CLOCK_JUMP", true), "detect resumes from a jump between the RTC and the system clock (env RAYITO_DETECT_CLOCK_JUMP)")
+	fs.BoolVar(&c.envdOpen, "envd-open", envBool("RAYITO_ENVD_OPEN", false), "UNSAFE: serve the envd-compatible API without an access token, to anyone who reaches the port (env RAYITO_ENVD_OPEN)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -202,10 +206,11 @@ func run(cfg config, log *zap.Logger) error {
 		earlier = append(earlier, k.Kernel)
 	}
 	kernels.SkipIDs(earlier)
+	auth := endpoint.NewAuth(cfg.token)
 	srv = endpoint.New(endpoint.Config{
 		Logger:   log.Named("endpoint"),
 		Version:  version,
-		Auth:     endpoint.NewAuth(cfg.token),
+		Auth:     auth,
 		Streams:  streams,
 		Traffic:  counter,
 		Procs:    procs,
@@ -219,6 +224,15 @@ func run(cfg config, log *zap.Logger) error {
 			m.Metric("rayito_orphans_reaped_total", "counter", "Orphaned descendants reaped.", "", float64(reaper.Orphans()))
 		},
 	})
+	envd := envdapi.New(envdapi.Config{
+		Logger: log.Named("envd"), Auth: auth, Streams: streams, Procs: procs, PTYs: ptys,
+		Watches: watches, Users: defaults, Traffic: counter, Generation: resumer.Generation, Open: cfg.envdOpen,
+	})
+	envd.Mount(srv)
+	*cut = append(*cut, envd)
+	if cfg.envdOpen {
+		log.Warn("the envd API is open: anyone who reaches the port can run commands without a token")
+	}
 
 	detected := func(src resume.Source) func() {
 		return func() { go resumer.Resume(context.Background(), resume.Report{Source: src}) }

@@ -1,0 +1,110 @@
+package envdapi
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// call is one request in flight, as the resume cut sees it. The handler
+// registers what ending it takes (onCut); the cut runs that and bounds the
+// handler's writes, so a connection left half-dead by the snapshot cannot
+// hold it.
+type call struct {
+	gen  uint64 // resume generation when the request came
+	rc   *http.ResponseController
+	done chan struct{} // closed when the handler has returned
+
+	mu     sync.Mutex
+	cutGen uint64 // the generation that cut it; 0 while not cut
+	hooks  []func()
+}
+
+type callKey struct{}
+
+// callFrom returns the request's call; every request through the guard
+// has one.
+func callFrom(ctx context.Context) *call {
+	c, _ := ctx.Value(callKey{}).(*call)
+	if c == nil {
+		// Handlers called without the guard (tests of a single handler)
+		// still work; nothing will cut them.
+		c = &call{done: make(chan struct{})}
+	}
+	return c
+}
+
+// onCut registers f to run when a resume cuts the call, at once if it
+// already has.
+func (c *call) onCut(f func()) {
+	c.mu.Lock()
+	if c.cutGen == 0 {
+		c.hooks = append(c.hooks, f)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	f()
+}
+
+// cutBy returns the generation that cut the call, 0 if none did.
+func (c *call) cutBy() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cutGen
+}
+
+// cut marks the call cut by generation gen, bounds its writes by deadline
+// and runs its hooks. Only the first cut counts.
+func (c *call) cut(gen uint64, deadline time.Time) {
+	c.mu.Lock()
+	if c.cutGen != 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.cutGen = gen
+	hooks := c.hooks
+	c.hooks = nil
+	c.mu.Unlock()
+	if c.rc != nil {
+		c.rc.SetWriteDeadline(deadline)
+	}
+	for _, f := range hooks {
+		f()
+	}
+}
+
+// calls are the requests in flight.
+type calls struct {
+	mu  sync.Mutex
+	set map[*call]struct{}
+}
+
+func (cs *calls) add(c *call) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.set == nil {
+		cs.set = make(map[*call]struct{})
+	}
+	cs.set[c] = struct{}{}
+}
+
+func (cs *calls) remove(c *call) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	delete(cs.set, c)
+}
+
+// before returns the calls that came before generation gen.
+func (cs *calls) before(gen uint64) []*call {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var out []*call
+	for c := range cs.set {
+		if c.gen < gen {
+			out = append(out, c)
+		}
+	}
+	return out
+}
