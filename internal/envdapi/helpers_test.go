@@ -69,6 +69,8 @@ type agentOptions struct {
 	// and of the clients, so that what a client has not read stays in the
 	// agent's stream logs instead of in the kernel.
 	smallBuffers bool
+	// user is who processes run as when a request names nobody.
+	user string
 }
 
 // smallBuffer is the socket buffer size of smallBuffers.
@@ -77,6 +79,7 @@ const smallBuffer = 128 << 10
 func newAgent(t testing.TB, o agentOptions) *agent {
 	streams := stream.NewRegistry(0)
 	defaults := &proc.Defaults{}
+	defaults.Set(o.user, "", nil)
 	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
 	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
 	watches, err := watch.NewManager(streams, nil)

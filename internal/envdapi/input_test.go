@@ -74,7 +74,9 @@ func TestSendSignal(t *testing.T) {
 func TestCloseStdin(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t, agentOptions{})
-	s, pid := started(t, a, withStdin(startReq("cat")))
+	// The command outlives its stdin, so the refusals below are about
+	// the closed stdin, not about an exited process.
+	s, pid := started(t, a, withStdin(startReq("cat; echo; exec sleep 1000")))
 	if err := sendStdin(t, a, byPid(pid), "hello"); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +89,12 @@ func TestCloseStdin(t *testing.T) {
 	}
 	wantCode(t, closeStdin(), connect.CodeFailedPrecondition, "closed")
 	wantCode(t, sendStdin(t, a, byPid(pid), "late"), connect.CodeFailedPrecondition, "closed")
-	if r := finish(s, pid); string(r.stdout) != "hello" || r.end.GetExitCode() != 0 || !r.end.GetExited() {
+	r := collectFrom(s, run{pid: pid}, false, func(r *run, ev *process.ProcessEvent) {
+		if string(r.stdout) == "hello\n" && ev.GetData() != nil {
+			killPid(t, a, pid, process.Signal_SIGNAL_SIGKILL) // cat saw the end of its input
+		}
+	})
+	if string(r.stdout) != "hello\n" || r.end.GetStatus() != "signal: killed" {
 		t.Fatalf("cat: %q %v %v", r.stdout, r.end, r.err)
 	}
 }

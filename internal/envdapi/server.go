@@ -96,6 +96,9 @@ func (s *Server) Routes() map[string]http.Handler {
 		connect.WithReadMaxBytes(maxMessage),
 		connect.WithCompressMinBytes(1 << 10),
 	}
+	for _, c := range jsonCodecs {
+		opts = append(opts, connect.WithCodec(c))
+	}
 	procPath, procH := processconnect.NewProcessHandler(&processService{s: s}, opts...)
 	fsPath, fsH := filesystemconnect.NewFilesystemHandler(&filesystemService{s: s}, opts...)
 	return map[string]http.Handler{
