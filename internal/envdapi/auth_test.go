@@ -151,8 +151,6 @@ func TestUnimplemented(t *testing.T) {
 	wantCode(t, err, connect.CodeUnimplemented, "")
 	_, err = a.fs.Remove(ctx, authed(connect.NewRequest(&filesystem.RemoveRequest{Path: "/tmp/x"})))
 	wantCode(t, err, connect.CodeUnimplemented, "")
-	_, err = a.fs.CreateWatcher(ctx, authed(connect.NewRequest(&filesystem.CreateWatcherRequest{Path: "/tmp"})))
-	wantCode(t, err, connect.CodeUnimplemented, "")
 
 	req, _ := http.NewRequest("PUT", a.url+"/files?path=/a", nil)
 	req.Header.Set("X-Access-Token", nativeToken)

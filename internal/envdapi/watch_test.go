@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -142,4 +144,64 @@ func TestWatchDirRemoved(t *testing.T) {
 	for w.Receive() {
 	}
 	wantCode(t, w.Err(), connect.CodeAborted, "removed")
+}
+
+// A polled watcher hands out each event once, in order, until removed.
+func TestPolledWatcher(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, agentOptions{})
+	dir := t.TempDir()
+	ctx := ctxLong(t)
+	created, err := a.fs.CreateWatcher(ctx, authed(connect.NewRequest(&filesystem.CreateWatcherRequest{Path: dir})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.Msg.GetWatcherId()
+	poll := func() ([]fsEvent, error) {
+		resp, err := a.fs.GetWatcherEvents(ctx, authed(connect.NewRequest(&filesystem.GetWatcherEventsRequest{WatcherId: id})))
+		if err != nil {
+			return nil, err
+		}
+		var out []fsEvent
+		for _, e := range resp.Msg.GetEvents() {
+			out = append(out, fsEvent{e.GetName(), e.GetType()})
+		}
+		return out, nil
+	}
+	var got []fsEvent
+	for i, name := range []string{"one", "two"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(waitLong); len(got) < i+1; time.Sleep(10 * time.Millisecond) {
+			evs, err := poll()
+			if err != nil || time.Now().After(deadline) {
+				t.Fatalf("poll: %v %v", evs, err)
+			}
+			got = append(got, evs...)
+		}
+	}
+	want := []fsEvent{{"one", filesystem.EventType_EVENT_TYPE_CREATE}, {"two", filesystem.EventType_EVENT_TYPE_CREATE}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events %v, want %v once each", got, want)
+	}
+	if evs, err := poll(); err != nil || len(evs) != 0 {
+		t.Fatalf("a quiet poll gave %v %v", evs, err)
+	}
+	if _, err := a.fs.RemoveWatcher(ctx, authed(connect.NewRequest(&filesystem.RemoveWatcherRequest{WatcherId: id}))); err != nil {
+		t.Fatal(err)
+	}
+	_, err = poll()
+	wantCode(t, err, connect.CodeNotFound, "ended")
+	for _, bad := range []struct {
+		id   string
+		code connect.Code
+	}{{"x", connect.CodeInvalidArgument}, {"999999", connect.CodeNotFound}} {
+		_, err := a.fs.GetWatcherEvents(ctx, authed(connect.NewRequest(&filesystem.GetWatcherEventsRequest{WatcherId: bad.id})))
+		wantCode(t, err, bad.code, bad.id)
+		_, err = a.fs.RemoveWatcher(ctx, authed(connect.NewRequest(&filesystem.RemoveWatcherRequest{WatcherId: bad.id})))
+		wantCode(t, err, bad.code, bad.id)
+	}
+	_, err = a.fs.CreateWatcher(ctx, authed(connect.NewRequest(&filesystem.CreateWatcherRequest{Path: "/no/such/dir"})))
+	wantCode(t, err, connect.CodeNotFound, "/no/such/dir")
 }
