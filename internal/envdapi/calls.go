@@ -81,12 +81,16 @@ type calls struct {
 	set map[*call]struct{}
 }
 
-func (cs *calls) add(c *call) {
+// add registers c in the generation gen returns. The generation is read
+// under the lock before reads, so a call either is seen by a cut or
+// started after the generation the cut is for.
+func (cs *calls) add(c *call, gen func() uint64) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.set == nil {
 		cs.set = make(map[*call]struct{})
 	}
+	c.gen = gen()
 	cs.set[c] = struct{}{}
 }
 

@@ -39,8 +39,8 @@ type (
 	}
 )
 
-// Config is what the API needs. Every field but Logger and Traffic is
-// required.
+// Config is what the API needs. Logger, Traffic and Generation may be
+// nil; the rest are required.
 type Config struct {
 	Logger  *zap.Logger
 	Auth    Tokens
@@ -74,6 +74,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.Traffic == nil {
 		cfg.Traffic = traffic.NewCounter()
+	}
+	if cfg.Generation == nil {
+		cfg.Generation = func() uint64 { return 0 }
 	}
 	return &Server{cfg: cfg, log: cfg.Logger}
 }
@@ -120,8 +123,8 @@ func (s *Server) guard(h http.Handler, files bool) http.Handler {
 			}
 			return
 		}
-		c := &call{gen: s.cfg.Generation(), rc: http.NewResponseController(w), done: make(chan struct{})}
-		s.calls.add(c)
+		c := &call{rc: http.NewResponseController(w), done: make(chan struct{})}
+		s.calls.add(c, s.cfg.Generation)
 		defer func() {
 			s.calls.remove(c)
 			if c.cutBy() != 0 {
