@@ -22,25 +22,33 @@ import (
 // The benchmarks compare the envd API with the native protocol on one
 // agent in one run: through the e2b SDK (Node), through connect-go's own
 // client speaking JSON as the SDK does, through a minimal client of the
-// same wire format (stdout only), and through the native Go client. Commands run as nobody, so a login
-// shell reads no user's profile; every path runs the same argv.
+// same wire format (stdout only), and through the native Go client. The
+// paths take turns, round after round, so that a machine whose load
+// changes during the run weighs on each alike. Commands run as nobody, so
+// a login shell reads no user's profile; every path runs the same argv.
 //
 //	go test -run '^$' -bench EnvdVsNative -benchtime 1x ./internal/envdapi/
 
 var trueArgv = []string{"/bin/bash", "-l", "-c", "true"}
 
-// runsPerOp is how many commands one op of the run benchmark starts, so
-// that one -benchtime serves both benchmarks.
-const runsPerOp = 200
+const (
+	// rounds is how many turns each path gets per op; runsPerRound is
+	// how many commands a path runs in one turn of the run benchmark.
+	rounds       = 10
+	runsPerRound = 20
+	// benchThroughput is the stdout benchmark's size; its paths take
+	// throughputRounds turns each.
+	benchThroughput  = 256 << 20
+	throughputRounds = 2
+)
 
-// benchThroughput is the stdout benchmark's size.
-const benchThroughput = 256 << 20
-
-func reportP50(b *testing.B, lat []time.Duration) {
+// reportP50 reports a path's median and 99th percentile latency.
+func reportP50(b *testing.B, path string, lat []time.Duration) time.Duration {
 	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
-	b.ReportMetric(0, "ns/op") // the loop's mean includes Node's start for the SDK
+	p50 := lat[len(lat)/2]
+	b.ReportMetric(float64(p50.Microseconds()), path+"-p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), path+"-p99-µs")
+	return p50
 }
 
 // nodeBench runs nodetest/bench.mjs and returns what it measured.
@@ -70,102 +78,127 @@ func nativeClient(b *testing.B, a *agent) *client.Client {
 	return c
 }
 
-func BenchmarkEnvdVsNativeRunTrue(b *testing.B) {
-	a := newAgent(b, agentOptions{open: true, user: "nobody"})
-	ctx := context.Background()
-	b.Run("native", func(b *testing.B) {
-		c := nativeClient(b, a)
-		lat := make([]time.Duration, 0, b.N*runsPerOp)
-		for range b.N * runsPerOp {
-			start := time.Now()
-			p, err := c.Exec(ctx, client.ExecOptions{Argv: trueArgv})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if st, err := p.Wait(ctx); err != nil || st.ExitCode() != 0 {
-				b.Fatal(st, err)
-			}
-			lat = append(lat, time.Since(start))
-		}
-		reportP50(b, lat)
-	})
-	b.Run("envd-go", func(b *testing.B) {
-		lat := make([]time.Duration, 0, b.N*runsPerOp)
-		for range b.N * runsPerOp {
-			start := time.Now()
-			req := startReq("true")
-			req.Msg.Process.Args = trueArgv[1:]
-			s, err := a.pc.Start(ctx, req)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if r := collect(s, nil); r.err != nil || r.end.GetExitCode() != 0 || !r.end.GetExited() {
-				b.Fatal(r.err, r.end)
-			}
-			lat = append(lat, time.Since(start))
-		}
-		reportP50(b, lat)
-	})
-	b.Run("envd-sdk", func(b *testing.B) {
-		reportP50(b, nodeBench(b, a.url, "run", b.N*runsPerOp))
-	})
+// timed runs f n times and returns each run's duration.
+func timed(n int, f func()) []time.Duration {
+	lat := make([]time.Duration, n)
+	for i := range lat {
+		start := time.Now()
+		f()
+		lat[i] = time.Since(start)
+	}
+	return lat
 }
 
-func BenchmarkEnvdVsNativeStdout(b *testing.B) {
+// BenchmarkEnvdVsNativeRunTrue is commands.run('true') against the native
+// exec of the same argv, from request to exit status.
+func BenchmarkEnvdVsNativeRunTrue(b *testing.B) {
+	needNode(b)
 	a := newAgent(b, agentOptions{open: true, user: "nobody"})
+	c := nativeClient(b, a)
+	ctx := context.Background()
+	native := func() {
+		p, err := c.Exec(ctx, client.ExecOptions{Argv: trueArgv})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if st, err := p.Wait(ctx); err != nil || st.ExitCode() != 0 {
+			b.Fatal(st, err)
+		}
+	}
+	envdGo := func() {
+		req := startReq("true")
+		req.Msg.Process.Args = trueArgv[1:]
+		s, err := a.pc.Start(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if r := collect(s, nil); r.err != nil || r.end.GetExitCode() != 0 || !r.end.GetExited() {
+			b.Fatal(r.err, r.end)
+		}
+	}
+	var lat [3][]time.Duration
+	for range b.N * rounds {
+		lat[0] = append(lat[0], timed(runsPerRound, native)...)
+		lat[1] = append(lat[1], timed(runsPerRound, envdGo)...)
+		lat[2] = append(lat[2], nodeBench(b, a.url, "run", runsPerRound)...)
+	}
+	base := reportP50(b, "native", lat[0])
+	goP50 := reportP50(b, "envd-go", lat[1])
+	sdkP50 := reportP50(b, "envd-sdk", lat[2])
+	b.ReportMetric(float64(goP50)/float64(base), "envd-go/native")
+	b.ReportMetric(float64(sdkP50)/float64(base), "envd-sdk/native")
+	b.ReportMetric(0, "ns/op") // the loop's mean includes Node's start
+}
+
+// BenchmarkEnvdVsNativeStdout is 256 MiB of a command's stdout through
+// each path; each reports MB/s over all its turns.
+func BenchmarkEnvdVsNativeStdout(b *testing.B) {
+	needNode(b)
+	a := newAgent(b, agentOptions{open: true, user: "nobody"})
+	c := nativeClient(b, a)
 	ctx := context.Background()
 	argv := []string{"head", "-c", strconv.Itoa(benchThroughput), "/dev/zero"}
-	b.Run("native", func(b *testing.B) {
-		c := nativeClient(b, a)
-		b.SetBytes(benchThroughput)
-		for range b.N {
-			p, err := c.Exec(ctx, client.ExecOptions{Argv: argv})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if n, err := io.Copy(io.Discard, p.Stdout()); err != nil || n != benchThroughput {
-				b.Fatal(n, err)
-			}
-			if _, err := p.Wait(ctx); err != nil {
-				b.Fatal(err)
-			}
+	body, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": argv[0], "args": argv[1:]}, "stdin": false})
+	paths := []struct {
+		name string
+		run  func() time.Duration
+	}{
+		{"native", func() time.Duration {
+			return timed(1, func() {
+				p, err := c.Exec(ctx, client.ExecOptions{Argv: argv})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n, err := io.Copy(io.Discard, p.Stdout()); err != nil || n != benchThroughput {
+					b.Fatal(n, err)
+				}
+				if _, err := p.Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+			})[0]
+		}},
+		{"envd-wire", func() time.Duration {
+			return timed(1, func() {
+				if n := rawStdout(b, a.url, body); n != benchThroughput {
+					b.Fatal(n)
+				}
+			})[0]
+		}},
+		{"envd-go", func() time.Duration {
+			return timed(1, func() {
+				req := startReq("")
+				req.Msg.Process.Cmd, req.Msg.Process.Args = argv[0], argv[1:]
+				s, err := a.pc.Start(ctx, req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n := 0
+				for s.Receive() {
+					n += len(s.Msg().GetEvent().GetData().GetStdout())
+				}
+				if s.Err() != nil || n != benchThroughput {
+					b.Fatal(n, s.Err())
+				}
+			})[0]
+		}},
+		{"envd-sdk", func() time.Duration { return nodeBench(b, a.url, "stdout", benchThroughput)[0] }},
+	}
+	total := make([]time.Duration, len(paths))
+	for range b.N * throughputRounds {
+		for i, p := range paths {
+			total[i] += p.run()
 		}
-	})
-	b.Run("envd-go", func(b *testing.B) {
-		b.SetBytes(benchThroughput)
-		for range b.N {
-			req := startReq("")
-			req.Msg.Process.Cmd, req.Msg.Process.Args = argv[0], argv[1:]
-			s, err := a.pc.Start(ctx, req)
-			if err != nil {
-				b.Fatal(err)
-			}
-			n := 0
-			for s.Receive() {
-				n += len(s.Msg().GetEvent().GetData().GetStdout())
-			}
-			if s.Err() != nil || n != benchThroughput {
-				b.Fatal(n, s.Err())
-			}
+	}
+	rate := func(d time.Duration) float64 {
+		return float64(benchThroughput) * float64(b.N*throughputRounds) / d.Seconds() / 1e6
+	}
+	for i, p := range paths {
+		b.ReportMetric(rate(total[i]), p.name+"-MB/s")
+		if i > 0 {
+			b.ReportMetric(float64(total[i])/float64(total[0]), p.name+"/native")
 		}
-	})
-	b.Run("envd-wire", func(b *testing.B) {
-		b.SetBytes(benchThroughput)
-		body, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": argv[0], "args": argv[1:]}, "stdin": false})
-		for range b.N {
-			if n := rawStdout(b, a.url, body); n != benchThroughput {
-				b.Fatal(n)
-			}
-		}
-	})
-	b.Run("envd-sdk", func(b *testing.B) {
-		b.SetBytes(benchThroughput)
-		var total time.Duration
-		for range b.N {
-			total += nodeBench(b, a.url, "stdout", benchThroughput)[0]
-		}
-		b.ReportMetric(float64(benchThroughput)*float64(b.N)/total.Seconds()/1e6, "MB/s")
-	})
+	}
+	b.ReportMetric(0, "ns/op")
 }
 
 // rawStdout runs a Start request over plain HTTP and decodes its stdout the
