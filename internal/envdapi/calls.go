@@ -7,18 +7,20 @@ import (
 	"time"
 )
 
-// call is one request in flight, as the resume cut sees it. The handler
-// registers what ending it takes (onCut); the cut runs that and bounds the
-// handler's writes, so a connection left half-dead by the snapshot cannot
-// hold it.
+// call is one request in flight, as the resume cut sees it. A handler
+// that holds a stream registers what ending it takes (onCut); the cut runs
+// that and bounds the call's writes, so a connection left half-dead by the
+// snapshot cannot hold it. Calls without hooks (unary calls, file
+// transfers) are left to finish.
 type call struct {
 	gen  uint64 // resume generation when the request came
 	rc   *http.ResponseController
 	done chan struct{} // closed when the handler has returned
 
-	mu     sync.Mutex
-	cutGen uint64 // the generation that cut it; 0 while not cut
-	hooks  []func()
+	mu       sync.Mutex
+	cutGen   uint64    // the generation that cut it; 0 while not cut
+	deadline time.Time // for writes, once cut
+	hooks    []func()
 }
 
 type callKey struct{}
@@ -44,7 +46,9 @@ func (c *call) onCut(f func()) {
 		c.mu.Unlock()
 		return
 	}
+	deadline := c.deadline
 	c.mu.Unlock()
+	c.bound(deadline)
 	f()
 }
 
@@ -55,23 +59,33 @@ func (c *call) cutBy() uint64 {
 	return c.cutGen
 }
 
-// cut marks the call cut by generation gen, bounds its writes by deadline
-// and runs its hooks. Only the first cut counts.
-func (c *call) cut(gen uint64, deadline time.Time) {
+// cut marks the call cut by generation gen and, if it holds a stream,
+// bounds its writes by deadline and runs its hooks; it reports whether it
+// did. Only the first cut counts.
+func (c *call) cut(gen uint64, deadline time.Time) bool {
 	c.mu.Lock()
 	if c.cutGen != 0 {
 		c.mu.Unlock()
-		return
+		return false
 	}
-	c.cutGen = gen
+	c.cutGen, c.deadline = gen, deadline
 	hooks := c.hooks
 	c.hooks = nil
 	c.mu.Unlock()
-	if c.rc != nil {
-		c.rc.SetWriteDeadline(deadline)
+	if len(hooks) == 0 {
+		return false
 	}
+	c.bound(deadline)
 	for _, f := range hooks {
 		f()
+	}
+	return true
+}
+
+// bound makes writes fail after deadline.
+func (c *call) bound(deadline time.Time) {
+	if c.rc != nil {
+		c.rc.SetWriteDeadline(deadline)
 	}
 }
 

@@ -152,18 +152,21 @@ const cutBound = 2 * time.Second
 
 // CutForResume ends every stream of this API opened before generation gen
 // with the Connect error unavailable, after the output written before the
-// cut, and returns when their handlers have returned or ctx ends. Writes
-// to a connection that stopped reading fail at ctx's deadline.
+// cut, and returns when their handlers have returned or ctx ends. A
+// stream's writes to a connection that stopped reading fail at ctx's
+// deadline. Unary calls and file transfers are not cut.
 func (s *Server) CutForResume(ctx context.Context, gen uint64) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(cutBound)
 	}
-	old := s.calls.before(gen)
-	for _, c := range old {
-		c.cut(gen, deadline)
+	var streams []*call
+	for _, c := range s.calls.before(gen) {
+		if c.cut(gen, deadline) {
+			streams = append(streams, c)
+		}
 	}
-	for _, c := range old {
+	for _, c := range streams {
 		select {
 		case <-c.done:
 		case <-ctx.Done():
@@ -171,7 +174,7 @@ func (s *Server) CutForResume(ctx context.Context, gen uint64) {
 			return
 		}
 	}
-	s.log.Debug("cut envd calls for resume", zap.Int("calls", len(old)), zap.Uint64("generation", gen))
+	s.log.Debug("cut envd streams for resume", zap.Int("streams", len(streams)), zap.Uint64("generation", gen))
 }
 
 // resumeError is how a stream cut by a resume ends.
