@@ -18,7 +18,7 @@ DEV_TOKEN_FILE := $(STATE_DIR)/dev-token
 # build and VM tools come from rootfs/deps.sh.
 TEST_PACKAGES := python3-ipykernel procps
 
-.PHONY: all build run test unit deps node-deps bench fuzz lint clean
+.PHONY: all build run test unit deps node-deps bench fuzz lint clean proto
 
 all: build
 
@@ -95,3 +95,25 @@ lint:
 
 clean:
 	rm -rf bin build
+
+# proto regenerates the Go code of the envd-compatible API from our .proto
+# files; the generated code is committed, so only changing a .proto needs
+# it. The generators are pinned to the versions in go.mod, and protoc (with
+# the well-known types) comes from Debian.
+PROTO_DIR := internal/envdapi/proto
+GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
+proto:
+	@command -v protoc >/dev/null && [ -f /usr/include/google/protobuf/timestamp.proto ] || { \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y --no-install-recommends protobuf-compiler libprotobuf-dev || \
+		{ apt-get update && apt-get install -y --no-install-recommends protobuf-compiler libprotobuf-dev; }; }
+	@$(GOBIN_DIR)/protoc-gen-go --version 2>/dev/null | grep -q ' $(PROTOC_GEN_GO_VERSION)$$' || \
+		$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	@$(GOBIN_DIR)/protoc-gen-connect-go --version 2>/dev/null | grep -q '$(PROTOC_GEN_CONNECT_GO_VERSION:v%=%)$$' || \
+		$(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
+	PATH=$(GOBIN_DIR):$$PATH protoc -I $(PROTO_DIR) -I /usr/include \
+		--go_out=. --go_opt=module=github.com/rayito/rayito-agent \
+		--connect-go_out=. --connect-go_opt=module=github.com/rayito/rayito-agent \
+		$$(cd $(PROTO_DIR) && find . -name '*.proto' | sed 's|^\./||' | sort)

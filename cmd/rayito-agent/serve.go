@@ -20,6 +20,7 @@ import (
 
 	"github.com/rayito/rayito-agent/internal/codeinterp"
 	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/envdapi"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc"
@@ -50,6 +51,8 @@ type config struct {
 	// codeInterpListen, if set, serves the code-interpreter API on a
 	// second listener as well (E2B's SDK addresses port 49999).
 	codeInterpListen string
+	// envdOpen serves the envd-compatible API without a token (unsafe).
+	envdOpen bool
 }
 
 // envBool reads a boolean environment variable, or def.
@@ -88,6 +91,7 @@ func parseServe(args []string) (config, error) {
 	fs.StringVar(&c.codeInterpListen, "code-interpreter-listen", envOr("RAYITO_CODE_INTERPRETER_LISTEN", ""), "also serve the code-interpreter API (/execute, /contexts) on this address, such as 127.0.0.1:49999; off by default (env RAYITO_CODE_INTERPRETER_LISTEN)")
 	fs.BoolVar(&c.detectClock, "detect-clock-jump", envBool("RAYITO_DETECT_CLOCK_JUMP", true), "detect resumes from a jump between the RTC and the system clock (env RAYITO_DETECT_CLOCK_JUMP)")
 	fs.StringVar(&c.setClock, "set-clock", envOr("RAYITO_SET_CLOCK", "auto"), "set the wall clock from the host's time_unix_ns: true, false, or auto (only in a sandbox VM image) (env RAYITO_SET_CLOCK)")
+	fs.BoolVar(&c.envdOpen, "envd-open", envBool("RAYITO_ENVD_OPEN", false), "UNSAFE: serve the envd-compatible API without an access token, to anyone who reaches the port (env RAYITO_ENVD_OPEN)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -271,6 +275,15 @@ func run(cfg config, log *zap.Logger) error {
 			m.Metric("rayito_orphans_reaped_total", "counter", "Orphaned descendants reaped.", "", float64(reaper.Orphans()))
 		},
 	})
+	envd := envdapi.New(envdapi.Config{
+		Logger: log.Named("envd"), Auth: auth, Streams: streams, Procs: procs, PTYs: ptys,
+		Watches: watches, Users: defaults, Traffic: counter, Generation: resumer.Generation, Open: cfg.envdOpen,
+	})
+	envd.Mount(srv)
+	*cut = append(*cut, envd)
+	if cfg.envdOpen {
+		log.Warn("the envd API is open: anyone who reaches the port can run commands without a token")
+	}
 
 	// The Jupyter and code-interpreter surfaces share the listener and
 	// the token; a resume cuts their connections too.

@@ -55,3 +55,18 @@ func TestParseServe(t *testing.T) {
 		}
 	}
 }
+
+// The envd API's open mode is off unless an operator asks for it.
+func TestParseServeEnvdOpen(t *testing.T) {
+	c, err := parseServe(nil)
+	if err != nil || c.envdOpen {
+		t.Fatalf("open by default: %+v, %v", c, err)
+	}
+	t.Setenv("RAYITO_ENVD_OPEN", "true")
+	if c, err = parseServe(nil); err != nil || !c.envdOpen {
+		t.Fatalf("from the environment: %+v, %v", c, err)
+	}
+	if c, err = parseServe([]string{"--envd-open=false"}); err != nil || c.envdOpen {
+		t.Fatalf("the flag wins over the environment: %+v, %v", c, err)
+	}
+}

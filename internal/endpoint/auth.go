@@ -8,13 +8,14 @@ import (
 	"sync"
 )
 
-// Auth holds the access token. Only its hash is kept, and comparisons are
-// constant-time over hashes so neither the token nor its length leaks
-// through timing. The token is never logged.
+// Auth holds the access token. Comparisons are constant-time over hashes
+// so neither the token nor its length leaks through timing. The token is
+// never logged; it is kept only for WithToken.
 type Auth struct {
-	mu   sync.RWMutex
-	hash [sha256.Size]byte
-	set  bool
+	mu    sync.RWMutex
+	hash  [sha256.Size]byte
+	token string
+	set   bool
 }
 
 // NewAuth returns an Auth with the token set, or none if token is empty.
@@ -30,7 +31,17 @@ func NewAuth(token string) *Auth {
 func (a *Auth) Set(token string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.hash, a.set = sha256.Sum256([]byte(token)), true
+	a.hash, a.token, a.set = sha256.Sum256([]byte(token)), token, true
+}
+
+// WithToken runs f with the token and returns its answer, or false when no
+// token is set. It is for checks that derive a value from the token (E2B's
+// signed file URLs hash it with the path); f must compare in constant time
+// and must not keep or log the token.
+func (a *Auth) WithToken(f func(token string) bool) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.set && f(a.token)
 }
 
 // IsSet reports whether a token is configured.

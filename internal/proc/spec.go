@@ -81,23 +81,9 @@ func (d *Defaults) Resolve(spec Spec) (Resolved, error) {
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
 		return r, wire.Errorf(wire.CodeBadRequest, "argv must name a program")
 	}
-	name := spec.User
-	if name == "" {
-		name = defUser
-	}
-	var u *user.User
-	var err error
-	if name != "" {
-		if u, err = user.Lookup(name); err != nil {
-			if _, numErr := strconv.Atoi(name); numErr == nil {
-				u, err = user.LookupId(name)
-			}
-		}
-		if err != nil {
-			return r, wire.Errorf(wire.CodeBadRequest, "user %q does not exist", name)
-		}
-	} else if u, err = user.Current(); err != nil {
-		return r, wire.Errorf(wire.CodeInternal, "cannot look up the agent's own user: %v", err)
+	u, err := lookupUser(spec.User, defUser)
+	if err != nil {
+		return r, err
 	}
 	r.User, r.Home = u.Username, u.HomeDir
 	if u.Uid != strconv.Itoa(os.Getuid()) {
@@ -153,6 +139,43 @@ func (d *Defaults) Resolve(spec Spec) (Resolved, error) {
 		return r, wire.Errorf(wire.CodeBadRequest, "%s: %v", spec.Argv[0], err)
 	}
 	return r, nil
+}
+
+// User returns who a request naming name runs as: that user, else the
+// default user, else the agent's own; with their home directory, against
+// which other surfaces resolve relative paths.
+func (d *Defaults) User(name string) (userName, home string, err error) {
+	defUser, _, _ := d.get()
+	u, err := lookupUser(name, defUser)
+	if err != nil {
+		return "", "", err
+	}
+	return u.Username, u.HomeDir, nil
+}
+
+// lookupUser finds the user by name or uid, falling back to def and then
+// to the agent's own user. A user that does not exist is bad_request.
+func lookupUser(name, def string) (*user.User, error) {
+	if name == "" {
+		name = def
+	}
+	if name == "" {
+		u, err := user.Current()
+		if err != nil {
+			return nil, wire.Errorf(wire.CodeInternal, "cannot look up the agent's own user: %v", err)
+		}
+		return u, nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		if _, numErr := strconv.Atoi(name); numErr == nil {
+			u, err = user.LookupId(name)
+		}
+	}
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeBadRequest, "user %q does not exist", name)
+	}
+	return u, nil
 }
 
 // Attr builds the ProcAttr for a new session leader with the given files.

@@ -40,6 +40,9 @@ type Options struct {
 	Cwd, User  string            // empty: proc.Defaults
 	Tag        string
 	Buffer     int // bytes of output retained; 0: 4 MiB
+	// Timeout is the program's lifetime, 0 for none: then the terminal is
+	// hung up, and whatever ignores that is killed after the hangup grace.
+	Timeout time.Duration
 }
 
 // Manager starts PTYs and owns them until their streams finish. Start and
@@ -99,6 +102,9 @@ func (m *Manager) Start(o Options) (*stream.Stream, error) {
 	}
 	if o.Buffer < 0 || o.Buffer > stream.MaxByteCapacity {
 		return nil, wire.Errorf(wire.CodeBadRequest, "buffer must be 1 to %d bytes, got %d", stream.MaxByteCapacity, o.Buffer)
+	}
+	if o.Timeout < 0 {
+		return nil, wire.Errorf(wire.CodeBadRequest, "timeout must not be negative")
 	}
 	res, err := m.resolve(o)
 	if err != nil {
@@ -168,7 +174,7 @@ func (m *Manager) spawn(res proc.Resolved, master, slave *os.File, cols, rows ui
 	m.wg.Add(1)
 	go func() {
 		defer m.forget(p)
-		p.run(s, exit, m.drain)
+		p.run(s, exit, m.drain, lifetime{limit: o.Timeout, killAfter: m.hangupGrace})
 	}()
 	return s, nil
 }

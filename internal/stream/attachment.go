@@ -53,7 +53,10 @@ type Attachment struct {
 	acked  []uint64 // per log: what this client acknowledged
 	window int
 	rr     int  // round-robin start, so one channel cannot starve another
-	cut    *End // set by Cut: end this attachment early
+	cut    *End // set by Cut or CutAfter: end this attachment early
+	// cutAt, set by CutAfter, holds the log ends at the cut: the
+	// attachment ends only once it has handed out everything below them.
+	cutAt  []uint64
 	closed bool
 	ended  bool
 }
@@ -133,7 +136,7 @@ func (a *Attachment) nextLocked(dst []byte, maxChunk int) (Item, bool) {
 	if a.ended {
 		return Item{}, false
 	}
-	if a.cut != nil {
+	if a.cut != nil && a.reachedCutLocked() {
 		a.ended = true
 		return Item{Kind: ItemEnd, End: *a.cut, Cursors: s.cursorsLocked(a.next)}, true
 	}
@@ -142,6 +145,9 @@ func (a *Attachment) nextLocked(dst []byte, maxChunk int) (Item, bool) {
 		i := (a.rr + k) % n
 		l := s.logs[i]
 		c := a.next[i]
+		if a.cutAt != nil && c >= a.cutAt[i] {
+			continue // this channel has delivered all the cut owes
+		}
 		if c < l.start {
 			a.next[i] = l.start
 			// Gapped positions are never sent, so they must not count
@@ -167,6 +173,9 @@ func (a *Attachment) nextLocked(dst []byte, maxChunk int) (Item, bool) {
 			return Item{Kind: ItemEvent, Channel: l.name, Data: l.eventLocked(c)}, true
 		}
 		size := min(uint64(room), l.end-c, uint64(maxChunk))
+		if a.cutAt != nil {
+			size = min(size, a.cutAt[i]-c)
+		}
 		off := len(dst)
 		dst = slices.Grow(dst, int(size))[:off+int(size)]
 		l.readBytesLocked(dst[off:], c)
@@ -235,6 +244,35 @@ func (a *Attachment) Cut(e End) {
 		a.cut = &e
 		s.notifyLocked()
 	}
+}
+
+// CutAfter is Cut for a client that cannot reattach from cursors: the
+// attachment first hands out everything its logs hold now (what was
+// written before the cut), then ends with e. Output written later is left
+// for other attachments. A Cut that came first wins, and a stream that has
+// already ended keeps its own end: everything before it is in the logs.
+func (a *Attachment) CutAfter(e End) {
+	s := a.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a.cut == nil && !a.ended && s.end == nil {
+		a.cut = &e
+		a.cutAt = make([]uint64, len(s.logs))
+		for i, l := range s.logs {
+			a.cutAt[i] = l.end
+		}
+		s.notifyLocked()
+	}
+}
+
+// reachedCutLocked reports whether a cut may end the attachment now.
+func (a *Attachment) reachedCutLocked() bool {
+	for i, at := range a.cutAt {
+		if a.next[i] < at {
+			return false
+		}
+	}
+	return true
 }
 
 // Sent returns the cursors of what has been handed out by Next.

@@ -1,0 +1,26 @@
+// Measures the e2b SDK against rayito-agent's envd API; run by the Go
+// benchmarks in ../bench_test.go, which report what it prints:
+//   node bench.mjs URL run N      N x commands.run('true'), latencies in µs
+//   node bench.mjs URL stdout B   B bytes of stdout through commands.run, in µs
+import { Sandbox } from 'e2b'
+
+const [url, mode, arg] = process.argv.slice(2)
+const sbx = await Sandbox.create({ debug: true, sandboxUrl: url })
+const n = Number(arg)
+const out = []
+if (mode === 'run') {
+  await sbx.commands.run('true') // warm the connection pool
+  for (let i = 0; i < n; i++) {
+    const t = process.hrtime.bigint()
+    await sbx.commands.run('true')
+    out.push(Number(process.hrtime.bigint() - t) / 1000)
+  }
+} else {
+  let got = 0
+  const t = process.hrtime.bigint()
+  const h = await sbx.commands.run(`head -c ${n} /dev/zero`, { background: true, onStdout: (d) => { got += d.length }, timeoutMs: 0 })
+  await h.wait()
+  out.push(Number(process.hrtime.bigint() - t) / 1000)
+  if (got !== n) throw new Error(`got ${got} of ${n} bytes`)
+}
+console.log(JSON.stringify(out))

@@ -1,0 +1,172 @@
+// Drives rayito-agent's envd-compatible API with the real e2b SDK. Run by
+// TestSDK (../node_test.go), which starts the agents and a fake E2B API
+// and passes their addresses in the environment.
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { Sandbox, CommandExitError, AuthenticationError, FilesystemEventType } from 'e2b'
+
+const openURL = process.env.RAYITO_OPEN_URL // --envd-open, debug mode
+const securedURL = process.env.RAYITO_SECURED_URL // token required
+const apiURL = process.env.RAYITO_API_URL // fake E2B API, and test probes
+const token = process.env.RAYITO_TOKEN // the agents' token
+const tmp = process.env.RAYITO_TMP
+
+const sbx = await Sandbox.create({ debug: true, sandboxUrl: openURL })
+
+// waitFor polls cond until it holds; the bound only stops a broken run.
+async function waitFor(cond, what) {
+  const deadline = Date.now() + 30000
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error(`never happened: ${what}`)
+    await new Promise((r) => setTimeout(r, 10))
+  }
+}
+
+test('commands.run: stdout and stderr', async () => {
+  const r = await sbx.commands.run('echo out; echo err >&2')
+  assert.deepEqual([r.exitCode, r.stdout, r.stderr, r.error], [0, 'out\n', 'err\n', undefined])
+})
+
+test('commands.run: a non-zero exit is a CommandExitError', async () => {
+  await assert.rejects(sbx.commands.run('echo partial; exit 3'), (e) => {
+    assert.ok(e instanceof CommandExitError, `${e}`)
+    assert.deepEqual([e.exitCode, e.error, e.stdout], [3, 'exit status 3', 'partial\n'])
+    return true
+  })
+})
+
+test('commands.run: envs, cwd and user', async () => {
+  const r = await sbx.commands.run('echo "$FOO"; pwd', { envs: { FOO: 'bar baz' }, cwd: '/tmp' })
+  assert.equal(r.stdout, 'bar baz\n/tmp\n')
+  assert.equal((await sbx.commands.run('whoami', { user: 'root' })).stdout, 'root\n')
+  assert.equal((await sbx.commands.run('whoami', { user: 'nobody', cwd: '/' })).stdout, 'nobody\n')
+})
+
+test('commands.run: 1 MB of output', async () => {
+  let streamed = 0
+  const r = await sbx.commands.run("head -c 1000000 /dev/zero | tr '\\0' x", { onStdout: (d) => { streamed += d.length } })
+  assert.equal(r.stdout.length, 1000000)
+  assert.match(r.stdout, /^x+$/)
+  assert.equal(streamed, 1000000)
+})
+
+test('background command: onStdout, connect, list, sendStdin, closeStdin', async () => {
+  let first = ''
+  const h = await sbx.commands.run('while read line; do echo "got $line"; done; echo bye', {
+    background: true, stdin: true, onStdout: (d) => { first += d },
+  })
+  const listed = (await sbx.commands.list()).find((p) => p.pid === h.pid)
+  assert.ok(listed, 'the command is listed')
+  assert.equal(listed.cmd, '/bin/bash')
+  assert.match(listed.args.at(-1), /^while read line/)
+
+  await sbx.commands.sendStdin(h.pid, 'a\n')
+  await waitFor(() => first.includes('got a\n'), 'the first line')
+  let second = ''
+  const h2 = await sbx.commands.connect(h.pid, { onStdout: (d) => { second += d } })
+  await sbx.commands.sendStdin(h.pid, 'b\n')
+  await waitFor(() => second.includes('got b\n'), 'the second line on the second handle')
+  await sbx.commands.closeStdin(h.pid)
+  const [r1, r2] = await Promise.all([h.wait(), h2.wait()])
+  assert.deepEqual([r1.exitCode, r1.stdout], [0, 'got a\ngot b\nbye\n'])
+  // The second handle streams from the moment it connected.
+  assert.deepEqual([r2.exitCode, r2.stdout], [0, 'got b\nbye\n'])
+  assert.ok(!(await sbx.commands.list()).some((p) => p.pid === h.pid), 'an ended command is not listed')
+})
+
+test('kill', async () => {
+  const h = await sbx.commands.run('sleep 1000', { background: true })
+  assert.equal(await sbx.commands.kill(h.pid), true)
+  await assert.rejects(h.wait(), (e) => {
+    assert.ok(e instanceof CommandExitError, `${e}`)
+    assert.deepEqual([e.exitCode, e.error], [-1, 'signal: killed'])
+    return true
+  })
+  assert.equal(await sbx.commands.kill(h.pid), false)
+})
+
+test('pty: create, sendInput, resize, kill', async () => {
+  let out = ''
+  const dec = new TextDecoder()
+  const t = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d, { stream: true }) } })
+  const enc = new TextEncoder()
+  await sbx.pty.sendInput(t.pid, enc.encode('stty size\n'))
+  await waitFor(() => out.includes('24 80'), 'the size 24 80')
+  await sbx.pty.resize(t.pid, { cols: 100, rows: 40 })
+  await sbx.pty.sendInput(t.pid, enc.encode('stty size\n'))
+  await waitFor(() => out.includes('40 100'), 'the size 40 100')
+  assert.equal(await sbx.pty.kill(t.pid), true)
+  await assert.rejects(t.wait(), (e) => e instanceof CommandExitError && e.error === 'signal: killed')
+})
+
+test('watchDir events', async () => {
+  const dir = `${tmp}/watched`
+  await sbx.commands.run(`mkdir -p ${dir}`)
+  const seen = new Set()
+  const w = await sbx.files.watchDir(dir, (e) => seen.add(`${e.type} ${e.name}`), { recursive: true })
+  await sbx.commands.run(`touch ${dir}/a && mkdir ${dir}/sub`)
+  // A new directory is watched from its create event on.
+  await waitFor(() => seen.has(`${FilesystemEventType.CREATE} sub`), 'the create of sub')
+  await sbx.commands.run(`cd ${dir} && echo x > sub/b && mv a c && chmod 600 c && rm c`)
+  await waitFor(() => seen.has(`${FilesystemEventType.REMOVE} c`), 'the remove of c')
+  for (const e of ['create a', 'create sub', 'create sub/b', 'write sub/b', 'rename a', 'create c', 'chmod c', 'remove c']) {
+    assert.ok(seen.has(e), `event ${e} in ${[...seen]}`)
+  }
+  await w.stop()
+})
+
+test('secured: the token from the API is sent; none is refused with 401', async () => {
+  const sec = await Sandbox.create({ apiUrl: apiURL, apiKey: 'e2b_test', sandboxUrl: securedURL })
+  assert.equal((await sec.commands.run('echo secured')).stdout, 'secured\n')
+
+  const anon = await Sandbox.create({ debug: true, sandboxUrl: securedURL })
+  await assert.rejects(anon.commands.run('echo never'), (e) => e instanceof AuthenticationError)
+  await assert.rejects(anon.commands.list(), (e) => e instanceof AuthenticationError)
+  const r = await fetch(`${securedURL}/process.Process/List`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json', 'Connect-Protocol-Version': '1' }, body: '{}',
+  })
+  assert.equal(r.status, 401)
+  assert.equal((await r.json()).code, 'unauthenticated')
+
+  // Signed URLs pass auth on /files; transfers themselves answer 501 until
+  // the file manager serves them. Unsigned or altered ones are refused.
+  const down = new URL(await sec.downloadUrl('/etc/hostname', { useSignatureExpiration: 600 }))
+  assert.equal((await fetch(down)).status, 501)
+  const up = await sec.uploadUrl('/tmp/upload', { user: 'root' })
+  assert.equal((await fetch(up, { method: 'POST', body: 'x' })).status, 501)
+  const unsigned = new URL(down)
+  unsigned.searchParams.delete('signature')
+  assert.equal((await fetch(unsigned)).status, 401)
+  const moved = new URL(down)
+  moved.searchParams.set('path', '/etc/shadow')
+  assert.equal((await fetch(moved)).status, 401)
+})
+
+// Last: a resume cuts every stream of the open agent.
+test('a resume in the middle: the stream ends whole, connect(pid) works', async () => {
+  const n = 200000
+  let expected = ''
+  for (let i = 1; i <= n; i++) expected += `${i}\n`
+  let before = ''
+  const h = await sbx.commands.run(`seq 1 ${n}; read x; echo after $x`, {
+    background: true, stdin: true, onStdout: (d) => { before += d },
+  })
+  // The resume comes once all the output is in the agent's stream (the
+  // test's probe reads its cursor), whether or not it has arrived here.
+  await waitFor(async () => (await (await fetch(`${apiURL}/test/stdout?pid=${h.pid}`)).json()).cursor === expected.length,
+    'all output in the stream')
+  const res = await fetch(`${openURL}/v1/resume`, {
+    method: 'POST', headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' }, body: '{}',
+  })
+  assert.equal(res.status, 200)
+  assert.ok((await res.json()).resume_generation >= 1)
+  await assert.rejects(h.wait(), (e) => /unavailable/.test(e.message) && /resumed/.test(e.message))
+  assert.equal(before.length, expected.length)
+  assert.ok(before === expected, 'the output before the cut arrived whole and in order')
+
+  let after = ''
+  const h2 = await sbx.commands.connect(h.pid, { onStdout: (d) => { after += d } })
+  await sbx.commands.sendStdin(h.pid, 'x\n')
+  const r = await h2.wait()
+  assert.deepEqual([r.exitCode, after], [0, 'after x\n'])
+})
