@@ -72,6 +72,28 @@ func (a *Auth) Valid(token string) bool {
 	return subtle.ConstantTimeCompare(h[:], a.hash[:]) == 1
 }
 
+// Shown reports whether the request carries the token in any form one of
+// the agent's surfaces accepts: the native Bearer header and access_token
+// parameter, envd's and E2B's X-Access-Token and E2B-Traffic-Access-Token
+// headers, Jupyter's "Authorization: token" header and token parameter.
+// It decides only which connections count as a known client's when the
+// agent is short of connections; each surface still applies its own rule.
+func (a *Auth) Shown(r *http.Request) bool {
+	if a.Check(r) {
+		return true
+	}
+	for _, name := range []string{"X-Access-Token", "E2B-Traffic-Access-Token"} {
+		if v := r.Header.Get(name); v != "" && a.Valid(v) {
+			return true
+		}
+	}
+	if scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "token") && a.Valid(strings.TrimSpace(tok)) {
+		return true
+	}
+	q := r.URL.Query()
+	return q.Has("token") && a.Valid(q.Get("token"))
+}
+
 func requestToken(r *http.Request) (string, bool) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, tok, ok := strings.Cut(h, " ")

@@ -299,7 +299,7 @@ func (s *Server) limit(next http.Handler) http.Handler {
 				writeError(w, http.StatusServiceUnavailable, wire.Errorf(wire.CodeUnavailable, "the agent has too many connections open; try again shortly"))
 				return
 			}
-		} else if s.cfg.Auth.Check(r) {
+		} else if s.cfg.Auth.Shown(r) {
 			s.conns.authenticated(c)
 		}
 		next.ServeHTTP(w, r)
