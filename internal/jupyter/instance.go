@@ -62,7 +62,8 @@ type instance struct {
 	exited        chan struct{}
 	abandon       chan struct{} // closed by Manager.Close if the reaper never reports
 	abandonOnce   sync.Once
-	stopping      bool // set under Kernel.mu: the exit was asked for
+	stopping      bool          // set under Kernel.mu: the exit was asked for
+	politeStop    time.Duration // the wait after shutdown_request, before SIGTERM
 	tail          *tailBuffer
 	outDone       chan struct{}
 	outputPipe    *os.File
@@ -113,7 +114,7 @@ func (m *Manager) startInstance(ctx context.Context, ls launchSpec) (*instance, 
 	}
 	inst := &instance{
 		pid: pid, cwd: res.Dir, reaper: m.reaper, info: info, interruptMsg: ls.spec.InterruptMode == interruptMessage, dir: dir,
-		log: ls.log.With(zap.Int("pid", pid)), onExit: ls.onExit,
+		log: ls.log.With(zap.Int("pid", pid)), onExit: ls.onExit, politeStop: m.politeStop,
 		dialed: make(chan struct{}), exited: make(chan struct{}), abandon: make(chan struct{}),
 		tail: &tailBuffer{max: outputTail}, outDone: make(chan struct{}), outputPipe: outR,
 	}
@@ -288,7 +289,7 @@ func (inst *instance) stop(ctx context.Context, busy bool) {
 			if m, err := newMessage(inst.conn.session, "shutdown_request", nil, map[string]bool{"restart": false}); err == nil {
 				inst.conn.send(chControl, m)
 			}
-		}, stopPolite},
+		}, inst.politeStop},
 		{func() { inst.signalGroup(unix.SIGTERM) }, stopTerm},
 		{inst.kill, stopKill},
 	}

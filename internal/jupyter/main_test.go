@@ -275,14 +275,20 @@ func wantStatus(t testing.TB, end stream.End, status string) {
 // waitState polls List until the kernel is in state.
 func waitState(t testing.TB, id string, state State) {
 	t.Helper()
+	waitStateOn(t, env.mgr, id, state)
+}
+
+// waitStateOn waits for a kernel of manager m to be in state.
+func waitStateOn(t testing.TB, m *Manager, id string, state State) {
+	t.Helper()
 	deadline := time.Now().Add(waitFor)
 	for time.Now().Before(deadline) {
-		for _, info := range env.mgr.List() {
+		for _, info := range m.List() {
 			if info.Kernel == id && info.State == state {
 				return
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("kernel %s never became %s: %+v", id, state, env.mgr.List())
+	t.Fatalf("kernel %s never became %s: %+v", id, state, m.List())
 }

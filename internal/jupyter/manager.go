@@ -54,6 +54,9 @@ type Manager struct {
 	// newConnInfo picks a kernel's ports and key; tests make it hand out
 	// a port that is taken.
 	newConnInfo func(kernelName string) (connInfo, error)
+	// politeStop is how long a stopping kernel has to exit on its
+	// shutdown_request; tests on a loaded machine give it longer.
+	politeStop time.Duration
 
 	defMu sync.Mutex // serializes finding or starting the default kernel
 
@@ -67,7 +70,7 @@ type Manager struct {
 // NewManager returns a Manager with no kernels.
 func NewManager(o Options) *Manager {
 	m := &Manager{reg: o.Registry, reaper: o.Reaper, defaults: o.Defaults, log: o.Logger, dirs: o.DataDirs, onChange: o.OnChange, kernels: map[string]*Kernel{},
-		newConnInfo: newConnInfo}
+		newConnInfo: newConnInfo, politeStop: stopPolite}
 	if m.defaults == nil {
 		m.defaults = &proc.Defaults{}
 	}
