@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/ptymux"
@@ -65,8 +66,13 @@ func newTestAgent(t testing.TB) *testAgent {
 		t.Fatal(err)
 	}
 	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: testReaper(t), Defaults: defaults})
+	fm, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir(),
+		EndCode: func(err error) string { return string(FileErrorCode(err)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv = New(Config{Version: "test", Auth: NewAuth(testToken), Streams: streams, Traffic: counter, Procs: procs,
-		PTYs: ptys, Watches: watches, Kernels: kernels,
+		PTYs: ptys, Watches: watches, Kernels: kernels, Files: fm,
 		Resume: resumer, Defaults: defaults, SetClock: func(time.Time) error { return nil }})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
@@ -78,6 +84,7 @@ func newTestAgent(t testing.TB) *testAgent {
 		ptys.Close()
 		watches.Close()
 		procs.Close()
+		fm.Close()
 		streams.Close()
 	})
 	return &testAgent{srv: srv, http: hs, streams: streams, traffic: counter, defaults: defaults, resume: resumer, url: "ws" + hs.URL[len("http"):]}

@@ -114,7 +114,9 @@ func (s *Server) opAttach(c *call) (any, error) {
 		return nil, err
 	}
 	c.after = start
-	return streamResult(st), nil
+	r := streamResult(st)
+	c.ss.takeOver(st, r)
+	return r, nil
 }
 
 func windowParam(w *int) (int, error) {
@@ -291,6 +293,10 @@ func (ss *Session) handleData(msg []byte) (tooBig bool) {
 	st, err := ss.srv.stream(d.Stream)
 	if err != nil {
 		ss.sendError(wire.AsError(err), d.Stream)
+		return false
+	}
+	if in, ok := st.Control.(SessionInput); ok {
+		ss.sessionInput(st, in, d.Payload)
 		return false
 	}
 	w, ok := st.Control.(InputWriter)
