@@ -34,6 +34,16 @@ func main() {
 		code = healthCmd(args)
 	case "resume":
 		code = resumeCmd(args)
+	case "cp":
+		code = cpCmd(args)
+	case "ls":
+		code = lsCmd(args)
+	case "stat":
+		code = statCmd(args)
+	case "rm":
+		code = rmCmd(args)
+	case "mkdir":
+		code = mkdirCmd(args)
 	case "version":
 		fmt.Println(version)
 	case "help":
@@ -55,6 +65,8 @@ func usage() {
   rayito-agent run-code [--kernel ID] [--timeout D] CODE   run Python on a kernel (CODE - reads stdin)
   rayito-agent health [flags]      print the agent's /health
   rayito-agent resume [--id ID] [--time-now]   tell the agent its VM was resumed, print its answer
+  rayito-agent cp [--user U] LOCAL :REMOTE | :REMOTE LOCAL   copy files or directories in or out ("-": stdin/stdout)
+  rayito-agent ls [-l] [--depth N] PATH | stat PATH | rm [-r] PATH... | mkdir PATH...   files in the sandbox
   rayito-agent version             print the version
 Client commands take --url (default ws://127.0.0.1:49983) and read the token from RAYITO_ACCESS_TOKEN.
 `)

@@ -24,6 +24,11 @@ type (
 	InputTakeOver interface {
 		TakeOver(from any) (received, written int64)
 	}
+	// Abandoner gives a stream up when the connection that owns it
+	// detaches (an upload then removes its temporary file at once).
+	Abandoner interface {
+		Abandon(from any)
+	}
 )
 
 func (s *Server) fileOps(ops map[string]op) {

@@ -141,6 +141,9 @@ func (s *Server) opDetach(c *call) (any, error) {
 	if a == nil {
 		return nil, wire.Errorf(wire.CodeNotFound, "stream %d is not attached on this connection", p.Stream)
 	}
+	if ab, ok := a.st.Control.(Abandoner); ok {
+		ab.Abandon(c.ss)
+	}
 	// After the response: the pump may queue the end at once, and the
 	// client must see {} first.
 	c.after = func() { a.att.Cut(stream.End{Reason: stream.ReasonClosed, Message: "detached"}) }

@@ -124,6 +124,7 @@ var (
 	errWriterClosed = errors.New("the write was already committed or aborted")
 	errReadRange    = errors.New("offset and length must not be negative; buffer at most 256 MiB")
 	errNoClient     = errors.New("no client attached within the grace period")
+	errDetached     = errors.New("the client detached")
 	errWindow       = fmt.Errorf("more than %d bytes received and not yet written: the upload is aborted", UploadWindow)
 )
 

@@ -133,6 +133,18 @@ func (u *Upload) TakeOver(from any) (received, written int64) {
 	return u.received, u.written
 }
 
+// Abandon gives the upload up when the owner asks (it detached): the
+// temporary file goes at once rather than when the grace runs out. Input
+// already closed is committed anyway.
+func (u *Upload) Abandon(from any) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if from == u.owner && u.failed == nil && !u.closing && !u.ended {
+		u.failed = newErr("write", u.w.Path(), ErrAbandoned, errDetached)
+		u.signal()
+	}
+}
+
 func (u *Upload) signal() {
 	select {
 	case u.wake <- struct{}{}:
