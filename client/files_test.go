@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"io/fs"
@@ -87,7 +88,7 @@ func TestFilesReadWrite(t *testing.T) {
 	dir := t.TempDir()
 	content := randomBytes(4<<20+3, 1)
 	p := filepath.Join(dir, "sub/big.bin")
-	w, err := fsys.Create(ctxLong(t), p, client.WriteOptions{})
+	w, err := fsys.Create(ctxLong(t), p, client.WriteOptions{Verify: true})
 	must(t, err)
 	if n, err := io.Copy(w, bytes.NewReader(content)); err != nil || n != int64(len(content)) {
 		t.Fatalf("upload: %d, %v", n, err)
@@ -96,6 +97,10 @@ func TestFilesReadWrite(t *testing.T) {
 		t.Fatal("the file is visible before Close")
 	}
 	must(t, w.Close())
+	sum := sha256.Sum256(content)
+	if path, size, hash, created := w.Committed(); path != p || size != int64(len(content)) || hash != hex.EncodeToString(sum[:]) || !created {
+		t.Fatalf("committed %s %d %s %v", path, size, hash, created)
+	}
 	if got, _ := os.ReadFile(p); !bytes.Equal(got, content) {
 		t.Fatal("uploaded file differs")
 	}
@@ -169,7 +174,7 @@ func TestFilesSurviveCuts(t *testing.T) {
 
 	r, err := c.Files().Open(ctx, filepath.Join(dir, "down"))
 	must(t, err)
-	w, err := c.Files().Create(ctx, filepath.Join(dir, "up"), client.WriteOptions{})
+	w, err := c.Files().Create(ctx, filepath.Join(dir, "up"), client.WriteOptions{Verify: true})
 	must(t, err)
 	var wg sync.WaitGroup
 	var got []byte

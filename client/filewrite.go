@@ -40,6 +40,11 @@ type WriteOptions struct {
 	Append bool
 	// Exclusive fails (CodeConflict) when the file exists.
 	Exclusive bool
+	// Verify hashes what is written and makes Close check it against
+	// the agent's SHA-256 of the file (not with Append). The agent
+	// always hashes; checking costs the client about as much CPU as
+	// sending the data. Without it Close checks the size.
+	Verify bool
 }
 
 // FileWriter is a file being uploaded over the websocket, committed
@@ -56,8 +61,9 @@ type FileWriter struct {
 	h      *handle
 	path   string
 	window int64
-	verify bool      // not appending: the agent's size and hash must be ours
-	hash   hash.Hash // of what the caller wrote
+	verify bool      // not appending: the agent's size must be ours
+	hash   hash.Hash // of what the caller wrote, for Verify; nil without
+	end    *End      // after Close: what the agent committed
 
 	wmu   sync.Mutex // serializes Write, ReadFrom, Close
 	frame []byte
@@ -92,7 +98,10 @@ func (f *Files) Create(ctx context.Context, path string, o WriteOptions) (*FileW
 		m := modeBits(o.Mode)
 		p.Mode = &m
 	}
-	w := &FileWriter{f: f, verify: !o.Append, hash: sha256.New(), changed: make(chan struct{}), resend: -1}
+	w := &FileWriter{f: f, verify: !o.Append, changed: make(chan struct{}), resend: -1}
+	if o.Verify && !o.Append {
+		w.hash = sha256.New()
+	}
 	_, r, err := f.c.createWith(ctx, "file_write", p, KindFileWrite, outputs{}, func(h *handle, r created) {
 		w.h, w.cn, w.path, w.window = h, h.conn, r.Path, int64(r.Window)
 		h.onAttach = w.reattached
@@ -306,12 +315,22 @@ func (w *FileWriter) push(buf *[]byte) error {
 		chunkBufs.Put(buf)
 		return err
 	}
-	w.hash.Write(*buf)
 	w.mu.Lock()
 	w.retained = append(w.retained, retainedChunk{off: w.sent, buf: buf})
 	w.sent += int64(len(*buf))
 	w.mu.Unlock()
+	if w.hash == nil {
+		w.send(cn, *buf)
+		return nil
+	}
+	// The hash runs on another core while the frame goes out.
+	hashed := make(chan struct{})
+	go func() {
+		w.hash.Write(*buf)
+		close(hashed)
+	}()
 	w.send(cn, *buf)
+	<-hashed
 	return nil
 }
 
@@ -346,12 +365,25 @@ func (w *FileWriter) Close() error {
 	if end.Reason != ReasonDone {
 		return transferError(w.h.id, end)
 	}
-	sum := hex.EncodeToString(w.hash.Sum(nil))
-	if w.verify && (end.Size == nil || *end.Size != w.sent || end.SHA256 != sum) {
-		return fmt.Errorf("%w: file_write %s: the agent wrote %v bytes with SHA-256 %s, the client sent %d bytes with %s",
-			ErrProtocol, w.path, end.Size, end.SHA256, w.sent, sum)
+	w.end = end
+	if w.verify && (end.Size == nil || *end.Size != w.sent) {
+		return fmt.Errorf("%w: file_write %s: the agent wrote %v bytes, the client sent %d", ErrProtocol, w.path, end.Size, w.sent)
+	}
+	if w.hash != nil {
+		if sum := hex.EncodeToString(w.hash.Sum(nil)); end.SHA256 != sum {
+			return fmt.Errorf("%w: file_write %s: the agent's SHA-256 is %s, the client's %s", ErrProtocol, w.path, end.SHA256, sum)
+		}
 	}
 	return nil
+}
+
+// Committed is what the agent reports of the file after a successful
+// Close: its path, size, SHA-256 (hex) and whether it was created.
+func (w *FileWriter) Committed() (path string, size int64, sha256 string, created bool) {
+	if w.end == nil || w.end.Size == nil {
+		return "", 0, "", false
+	}
+	return w.end.Path, *w.end.Size, w.end.SHA256, w.end.Created
 }
 
 // Abort gives the upload up: the agent removes its temporary file and

@@ -140,7 +140,7 @@ func (cp *copier) uploadFile(r io.Reader, size int64, mode fs.FileMode, target, 
 
 // send uploads r to target, committing it whole or not at all.
 func (cp *copier) send(r io.Reader, target string, mode fs.FileMode) error {
-	w, err := cp.fsys.Create(cp.ctx, target, client.WriteOptions{Mode: mode.Perm()})
+	w, err := cp.fsys.Create(cp.ctx, target, client.WriteOptions{Mode: mode.Perm(), Verify: true})
 	if err != nil {
 		return err
 	}

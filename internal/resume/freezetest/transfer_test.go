@@ -108,7 +108,7 @@ func TestFileTransfersAcrossPause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := c.Files().Create(ctxLong(t), filepath.Join(dir, "up"), client.WriteOptions{})
+	w, err := c.Files().Create(ctxLong(t), filepath.Join(dir, "up"), client.WriteOptions{Verify: true})
 	if err != nil {
 		t.Fatal(err)
 	}
