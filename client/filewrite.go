@@ -278,30 +278,59 @@ func (w *FileWriter) Write(b []byte) (int, error) {
 }
 
 // ReadFrom uploads everything r yields, reading straight into the
-// chunks it sends.
+// chunks it sends, one chunk ahead: reading the next chunk overlaps with
+// sending this one. It returns once r is no longer read.
 func (w *FileWriter) ReadFrom(r io.Reader) (int64, error) {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
+	type chunk struct {
+		buf *[]byte
+		err error
+	}
+	chunks := make(chan chunk, 1)
+	stop := make(chan struct{})
+	go func() {
+		defer close(chunks)
+		for {
+			buf := chunkBufs.Get().(*[]byte)
+			n, err := io.ReadFull(r, (*buf)[:uploadChunk])
+			*buf = (*buf)[:n]
+			select {
+			case chunks <- chunk{buf, err}:
+			case <-stop:
+				chunkBufs.Put(buf)
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		for c := range chunks {
+			chunkBufs.Put(c.buf)
+		}
+	}()
 	var total int64
-	for {
-		buf := chunkBufs.Get().(*[]byte)
-		n, err := io.ReadFull(r, (*buf)[:uploadChunk])
-		*buf = (*buf)[:n]
-		if n > 0 {
-			if perr := w.push(buf); perr != nil {
-				return total, perr
+	for c := range chunks {
+		if len(*c.buf) == 0 {
+			chunkBufs.Put(c.buf)
+		} else {
+			n := len(*c.buf)
+			if err := w.push(c.buf); err != nil {
+				return total, err
 			}
 			total += int64(n)
-		} else {
-			chunkBufs.Put(buf)
 		}
 		switch {
-		case err == io.EOF || err == io.ErrUnexpectedEOF:
+		case c.err == io.EOF || c.err == io.ErrUnexpectedEOF:
 			return total, nil
-		case err != nil:
-			return total, err
+		case c.err != nil:
+			return total, c.err
 		}
 	}
+	return total, nil
 }
 
 // push sends one chunk and keeps it until the agent has written it.
