@@ -374,9 +374,15 @@ func (w *FileWriter) Close() error {
 	}
 	w.closed = true
 	defer w.releaseAll()
-	for {
+	// A close_stdin that arrived just before a reconnect may have ended
+	// the upload by the time the client is attached again: the end then
+	// says how the commit went.
+	for !w.h.finished.Load() {
 		cn, err := w.ready(0)
 		if err != nil {
+			if w.h.finished.Load() {
+				break
+			}
 			return err
 		}
 		_, err = w.f.c.call(w.f.c.life, "close_stdin", streamRef{Stream: w.h.id}, callOpts{on: cn})
