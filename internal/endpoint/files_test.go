@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"math/rand"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/coder/websocket"
@@ -363,5 +365,37 @@ func TestFileErrorCodes(t *testing.T) {
 	}
 	if e := protocolError(wire.Errorf(wire.CodeConflict, "x")); e.Code != wire.CodeConflict {
 		t.Fatalf("a protocol error is kept: %+v", e)
+	}
+}
+
+// TestFileWriteNoSpace: an upload that fills its disk ends with code
+// limit; the old file is intact and no temporary file is left.
+func TestFileWriteNoSpace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount: %v: %s", err, out)
+		}
+	})
+	a := newTestAgent(t)
+	rc := a.dial(t)
+	p := filepath.Join(dir, "f")
+	os.WriteFile(p, []byte("old"), 0o644)
+	r := result(t, rc.call(map[string]any{"op": "file_write", "path": p}))
+	end := rc.upload(t, uint64(r["stream"].(float64)), int(r["window"].(float64)), make([]byte, 3<<20))
+	if end["reason"] != "error" || end["code"] != "limit" || !strings.Contains(end["message"].(string), "no space") {
+		t.Fatalf("end %v", end)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "old" {
+		t.Fatalf("file %q", b)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("left %v", entries)
 	}
 }
