@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 )
 
 // Sentinel errors callers branch on with errors.Is.
@@ -49,6 +50,8 @@ const (
 	CodeLimit       Code = "limit"
 	CodeUnavailable Code = "unavailable"
 	CodeInternal    Code = "internal"
+	// CodePermissionDenied: the user the op ran as may not do it.
+	CodePermissionDenied Code = "permission_denied"
 )
 
 // Error is an error the agent answered with.
@@ -61,6 +64,19 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return "agent: " + string(e.Code) + ": " + e.Message }
+
+// Is lets errors.Is match file errors with the io/fs ones:
+// fs.ErrNotExist for CodeNotFound, fs.ErrPermission for
+// CodePermissionDenied.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case fs.ErrNotExist:
+		return e.Code == CodeNotFound
+	case fs.ErrPermission:
+		return e.Code == CodePermissionDenied
+	}
+	return false
+}
 
 // HasCode reports whether err is an agent *Error with the given code.
 func HasCode(err error, code Code) bool {

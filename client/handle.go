@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +17,7 @@ import (
 )
 
 // outputs are callbacks that consume byte channels, by channel number.
-type outputs [wire.ChanPTY + 1]func([]byte)
+type outputs [wire.ChanData + 1]func([]byte)
 
 // handle is the client side of one attachment, whatever the stream's kind:
 // per-channel buffers fed by the reader goroutine, the end state, and the
@@ -27,8 +28,11 @@ type handle struct {
 	id     uint64
 	kind   Kind
 	window int // the attachment's window as the protocol counts it; 0: none
-	bytes  [wire.ChanPTY + 1]*byteChan
+	bytes  [wire.ChanData + 1]*byteChan
 	events *eventChan
+	// onAttach, if set, gets each reattach's result on the reader
+	// goroutine, before the stream's first frame on that connection.
+	onAttach func(res json.RawMessage)
 
 	ackQueued  atomic.Bool // an immediate ack is queued
 	lazyQueued atomic.Bool // a delayed ack is queued

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rayito/rayito-agent/client"
 	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/ptymux"
@@ -73,8 +74,13 @@ func newAgent(t testing.TB) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fm, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir(),
+		EndCode: func(err error) string { return string(endpoint.FileErrorCode(err)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv = endpoint.New(endpoint.Config{Version: "test", Auth: endpoint.NewAuth(testToken), Streams: streams,
-		Procs: procs, PTYs: ptys, Watches: watches, Kernels: kernels, Resume: resumer, Defaults: defaults,
+		Procs: procs, PTYs: ptys, Watches: watches, Kernels: kernels, Files: fm, Resume: resumer, Defaults: defaults,
 		SetClock: func(time.Time) error { return nil }})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
@@ -86,6 +92,7 @@ func newAgent(t testing.TB) *agent {
 		ptys.Close()
 		watches.Close()
 		procs.Close()
+		fm.Close()
 		streams.Close()
 	})
 	return &agent{srv: srv, http: hs, streams: streams, kernels: kernels, resume: resumer, url: "ws" + strings.TrimPrefix(hs.URL, "http")}

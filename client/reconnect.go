@@ -140,6 +140,9 @@ func (c *Client) reattach(cn *conn, h *handle) error {
 			h.mu.Lock()
 			h.conn = rc
 			h.mu.Unlock()
+			if h.onAttach != nil {
+				h.onAttach(res)
+			}
 		}
 		return nil
 	}})

@@ -21,6 +21,7 @@ import (
 	"github.com/rayito/rayito-agent/internal/codeinterp"
 	"github.com/rayito/rayito-agent/internal/endpoint"
 	"github.com/rayito/rayito-agent/internal/envdapi"
+	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc"
@@ -252,6 +253,14 @@ func run(cfg config, log *zap.Logger) error {
 	if err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
+	fileMgr, err := files.New(files.Options{
+		Registry: streams, Defaults: defaults, StateDir: cfg.stateDir, Logger: log.Named("files"),
+		EndCode: func(err error) string { return string(endpoint.FileErrorCode(err)) },
+	})
+	if err != nil {
+		return fmt.Errorf("files: %w", err)
+	}
+	defer fileMgr.Close()
 	var earlier []string
 	for _, k := range resumer.State().Kernels {
 		earlier = append(earlier, k.Kernel)
@@ -268,6 +277,7 @@ func run(cfg config, log *zap.Logger) error {
 		PTYs:     ptys,
 		Watches:  watches,
 		Kernels:  kernels,
+		Files:    fileMgr,
 		Resume:   resumer,
 		Defaults: defaults,
 		SetClock: setClock,

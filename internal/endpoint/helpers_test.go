@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/ptymux"
@@ -70,8 +71,13 @@ func newTestAgentWith(t testing.TB, counter *traffic.Counter) *testAgent {
 		t.Fatal(err)
 	}
 	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: testReaper(t), Defaults: defaults})
+	fm, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir(),
+		EndCode: func(err error) string { return string(FileErrorCode(err)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv = New(Config{Version: "test", Auth: NewAuth(testToken), Streams: streams, Traffic: counter, Procs: procs,
-		PTYs: ptys, Watches: watches, Kernels: kernels,
+		PTYs: ptys, Watches: watches, Kernels: kernels, Files: fm,
 		Resume: resumer, Defaults: defaults, SetClock: func(time.Time) error { return nil }})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
@@ -83,6 +89,7 @@ func newTestAgentWith(t testing.TB, counter *traffic.Counter) *testAgent {
 		ptys.Close()
 		watches.Close()
 		procs.Close()
+		fm.Close()
 		streams.Close()
 		counter.Close()
 	})
@@ -222,3 +229,13 @@ func resultStream(t testing.TB, m map[string]any) uint64 {
 }
 
 func TestMain(m *testing.M) { os.Exit(m.Run()) }
+
+// result is a response's result, failing the test on an error response.
+func result(t *testing.T, resp map[string]any) map[string]any {
+	t.Helper()
+	r, ok := resp["result"].(map[string]any)
+	if !ok {
+		t.Fatalf("no result: %v", resp)
+	}
+	return r
+}

@@ -133,6 +133,7 @@ func (s *Server) opAttach(c *call) (any, error) {
 	c.after = start
 	r := streamResult(st)
 	r["instance"] = s.instance()
+	c.ss.takeOver(st, r)
 	return r, nil
 }
 
@@ -157,6 +158,9 @@ func (s *Server) opDetach(c *call) (any, error) {
 	a := c.ss.attached(p.Stream)
 	if a == nil {
 		return nil, wire.Errorf(wire.CodeNotFound, "stream %d is not attached on this connection", p.Stream)
+	}
+	if ab, ok := a.st.Control.(Abandoner); ok {
+		ab.Abandon(c.ss)
 	}
 	// After the response: the pump may queue the end at once, and the
 	// client must see {} first.
@@ -310,6 +314,10 @@ func (ss *Session) handleData(msg []byte) (tooBig bool) {
 	st, err := ss.srv.stream(d.Stream)
 	if err != nil {
 		ss.sendError(wire.AsError(err), d.Stream)
+		return false
+	}
+	if in, ok := st.Control.(SessionInput); ok {
+		ss.sessionInput(st, in, d.Payload)
 		return false
 	}
 	w, ok := st.Control.(InputWriter)

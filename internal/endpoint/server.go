@@ -20,6 +20,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/traffic"
@@ -38,6 +39,7 @@ type Config struct {
 	PTYs    PTYs
 	Watches Watches
 	Kernels Kernels
+	Files   *files.Manager
 	// Resume owns the resume generation; nil reports generation 0 and
 	// makes POST /v1/resume unsupported.
 	Resume Resumer
@@ -103,9 +105,17 @@ func New(cfg Config) *Server {
 		{"GET", "/metrics", s.authed(s.handleMetrics)},
 		{"POST", "/v1/init", s.handleInit},
 		{"POST", "/v1/resume", s.authed(s.handleResume)},
+		{"GET", "/v1/files", s.authed(s.countHTTP(s.handleFileGet))},
+		{"HEAD", "/v1/files", s.authed(s.countHTTP(s.handleFileGet))},
+		{"PUT", "/v1/files", s.authed(s.countHTTP(s.handleFilePut))},
+		{"POST", "/v1/files", s.authed(s.countHTTP(s.handleFilePost))},
 	} {
 		s.mux.HandleFunc(rt.method+" "+rt.path, rt.h)
-		s.methods[rt.path] = rt.method
+		if m, ok := s.methods[rt.path]; ok {
+			s.methods[rt.path] = m + ", " + rt.method
+		} else {
+			s.methods[rt.path] = rt.method
+		}
 	}
 	s.mux.HandleFunc("/", s.handleNoRoute)
 	if cfg.MaxConns <= 0 {

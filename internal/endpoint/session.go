@@ -1,8 +1,10 @@
 package endpoint
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"sync"
 
@@ -142,8 +144,9 @@ func (ss *Session) run() {
 func (ss *Session) readLoop() {
 	counter := ss.srv.cfg.Traffic
 	tooBig := false
+	var buf []byte
 	for {
-		typ, msg, err := ss.conn.Read(context.Background())
+		typ, msg, err := ss.readMessage(&buf)
 		if err != nil {
 			if errors.Is(err, websocket.ErrMessageTooBig) {
 				ss.log.Debug("oversized frame closed the connection", zap.Error(err))
@@ -167,6 +170,36 @@ func (ss *Session) readLoop() {
 			ss.closeWith(websocket.StatusMessageTooBig, "message too big")
 		}
 	}
+}
+
+// readMessage reads one message. A data frame is read into *buf, reused
+// for the next one (input is copied by whoever queues it), which spares
+// an upload an allocation and a zeroing per frame; a control frame gets a
+// buffer of its own, since a slow op keeps its request.
+func (ss *Session) readMessage(buf *[]byte) (websocket.MessageType, []byte, error) {
+	typ, r, err := ss.conn.Reader(context.Background())
+	if err != nil {
+		return typ, nil, err
+	}
+	b := (*buf)[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return typ, nil, err
+		}
+	}
+	if typ != websocket.MessageBinary {
+		return typ, bytes.Clone(b), nil
+	}
+	*buf = b
+	return typ, b, nil
 }
 
 // writeLoop is the only writer of the connection. Control frames always

@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -87,7 +88,7 @@ func (d *Defaults) Resolve(spec Spec) (Resolved, error) {
 	}
 	r.User, r.Home = u.Username, u.HomeDir
 	if u.Uid != strconv.Itoa(os.Getuid()) {
-		cred, err := credential(u)
+		cred, err := Credential(u)
 		if err != nil {
 			return r, err
 		}
@@ -159,21 +160,11 @@ func lookupUser(name, def string) (*user.User, error) {
 	if name == "" {
 		name = def
 	}
-	if name == "" {
-		u, err := user.Current()
-		if err != nil {
-			return nil, wire.Errorf(wire.CodeInternal, "cannot look up the agent's own user: %v", err)
-		}
-		return u, nil
-	}
-	u, err := user.Lookup(name)
-	if err != nil {
-		if _, numErr := strconv.Atoi(name); numErr == nil {
-			u, err = user.LookupId(name)
-		}
-	}
-	if err != nil {
+	u, err := LookupUser(name)
+	if errors.Is(err, ErrUnknownUser) {
 		return nil, wire.Errorf(wire.CodeBadRequest, "user %q does not exist", name)
+	} else if err != nil {
+		return nil, wire.Errorf(wire.CodeInternal, "%v", err)
 	}
 	return u, nil
 }
@@ -188,7 +179,43 @@ func (r Resolved) Attr(files []uintptr) *syscall.ProcAttr {
 	}
 }
 
-func credential(u *user.User) (*syscall.Credential, error) {
+// ErrUnknownUser is returned by LookupUser for a name no account has.
+var ErrUnknownUser = errors.New("no such user")
+
+// UserName is the user a request runs as: name, or the default user when
+// name is empty ("" when there is none either: the agent's own user).
+func (d *Defaults) UserName(name string) string {
+	if name != "" {
+		return name
+	}
+	defUser, _, _ := d.get()
+	return defUser
+}
+
+// LookupUser finds an account by name, or by uid when name is a number
+// that no account is named; "" is the agent's own user.
+func LookupUser(name string) (*user.User, error) {
+	if name == "" {
+		u, err := user.Current()
+		if err != nil {
+			return nil, fmt.Errorf("cannot look up the agent's own user: %w", err)
+		}
+		return u, nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		if _, numErr := strconv.Atoi(name); numErr == nil {
+			u, err = user.LookupId(name)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("user %q: %w", name, ErrUnknownUser)
+	}
+	return u, nil
+}
+
+// Credential is the uid, gid and supplementary groups of an account.
+func Credential(u *user.User) (*syscall.Credential, error) {
 	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
 	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
 	if err1 != nil || err2 != nil {

@@ -210,6 +210,9 @@ type End struct {
 	Status         string // done: ok, error, aborted
 	ExecutionCount *int   // done
 	Message        string // error, and optional detail for others
+	// Extra holds fields of a producer's own (a file's size and hash);
+	// they never replace the fields above.
+	Extra map[string]any
 }
 
 // Fields returns the end's reason-specific fields for JSON encoding.
@@ -229,6 +232,11 @@ func (e End) Fields() map[string]any {
 	}
 	if e.Message != "" {
 		m["message"] = e.Message
+	}
+	for k, v := range e.Extra {
+		if _, taken := m[k]; !taken {
+			m[k] = v
+		}
 	}
 	return m
 }

@@ -19,6 +19,8 @@ const (
 	CodeLimit       Code = "limit"
 	CodeUnavailable Code = "unavailable"
 	CodeInternal    Code = "internal"
+	// CodePermissionDenied: the user an op runs as may not do it.
+	CodePermissionDenied Code = "permission_denied"
 )
 
 // Error is an error that carries its protocol code. Handlers return it so
