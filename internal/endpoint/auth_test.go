@@ -9,15 +9,21 @@ import (
 
 // protectedRoutes is every route of the agent's own table but /health,
 // so a route added later is checked too.
-func protectedRoutes(a *testAgent) map[string]string {
-	out := map[string]string{}
-	for path, method := range a.srv.methods {
-		if path != "/health" {
-			out[path] = method
+func protectedRoutes(a *testAgent) []route {
+	var out []route
+	for path, methods := range a.srv.methods {
+		if path == "/health" {
+			continue
+		}
+		for _, m := range strings.Split(methods, ", ") {
+			out = append(out, route{m, path})
 		}
 	}
 	return out
 }
+
+// route is one method on one path.
+type route struct{ method, path string }
 
 // statusWith sends method path with an Authorization header (none if
 // header is "") or an access_token query parameter.
@@ -57,7 +63,8 @@ func TestAuthRefusesNearMisses(t *testing.T) {
 	headers = append(headers, "Bearer "+testToken+"x", "Bearer "+testToken+" x", "Bearer x"+testToken,
 		"Bearer ", "Bearer", "Basic "+testToken, testToken, "Bearer  ")
 	queries = append(queries, testToken+"x", " ")
-	for path, method := range routes {
+	for _, rt := range routes {
+		method, path := rt.method, rt.path
 		for _, h := range headers {
 			if got := a.statusWith(t, method, path, h, ""); got != http.StatusUnauthorized {
 				t.Errorf("%s %s with Authorization %q: %d, want 401", method, path, h, got)
@@ -92,7 +99,8 @@ func TestNoTokenOpensNothing(t *testing.T) {
 	t.Parallel()
 	a := newTestAgent(t)
 	a.srv.cfg.Auth = NewAuth("")
-	for path, method := range protectedRoutes(a) {
+	for _, rt := range protectedRoutes(a) {
+		method, path := rt.method, rt.path
 		if path == "/v1/init" {
 			continue
 		}
