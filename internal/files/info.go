@@ -43,6 +43,11 @@ type Info struct {
 	Owner, Group  string // names, or the numbers when no account has them
 	ModTime       time.Time
 	SymlinkTarget string
+	// Resolved is, for a symlink, what it leads to once every link on the
+	// way is followed, with an absolute Path; nil for other entries and
+	// for a link that leads nowhere the user can reach (dangling, a loop,
+	// a directory the user cannot search).
+	Resolved *Info
 }
 
 // Perm returns the permission bits with setuid, setgid and sticky, as a
@@ -101,6 +106,7 @@ func (m *Manager) infoOf(path string, st fs.FileInfo) Info {
 	case st.Mode()&fs.ModeSymlink != 0:
 		info.Type = TypeSymlink
 		info.SymlinkTarget, _ = os.Readlink(path)
+		info.Resolved = m.resolved(path)
 	default:
 		info.Type = TypeOther
 	}
@@ -110,11 +116,29 @@ func (m *Manager) infoOf(path string, st fs.FileInfo) Info {
 	return info
 }
 
+// resolved describes what the symlink at path leads to, nil if nothing.
+// The real path has no symlinks left, so its Info has no Resolved.
+func (m *Manager) resolved(path string) *Info {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil
+	}
+	st, err := os.Lstat(real)
+	if err != nil {
+		return nil
+	}
+	info := m.infoOf(real, st)
+	return &info
+}
+
 // named fills in the owner and group names (outside the user's thread:
 // they need no permission, and the lookups are cached).
 func (m *Manager) named(info *Info) {
 	info.Owner = m.accounts.owner(info.UID)
 	info.Group = m.accounts.group(info.GID)
+	if info.Resolved != nil {
+		m.named(info.Resolved)
+	}
 }
 
 func statT(st fs.FileInfo) *syscall.Stat_t {

@@ -17,6 +17,19 @@ import (
 // directory) is copied next to to, renamed into place, and only then is
 // from removed: a failure leaves from as it was and nothing at to.
 func (m *Manager) Move(userName, from, to string) error {
+	return m.MoveWith(userName, from, to, MoveOptions{})
+}
+
+// MoveOptions say how MoveWith moves.
+type MoveOptions struct {
+	// Parents creates the missing parent directories of the target
+	// (0o777 less the umask, owned by the user), once the source is
+	// known to exist.
+	Parents bool
+}
+
+// MoveWith is Move with options.
+func (m *Manager) MoveWith(userName, from, to string, o MoveOptions) error {
 	u, err := m.User(userName)
 	if err != nil {
 		return err
@@ -31,6 +44,14 @@ func (m *Manager) Move(userName, from, to string) error {
 	}
 	across := false
 	err = m.as(u, func() error {
+		if o.Parents {
+			if _, err := os.Lstat(src); err != nil {
+				return newErr("move", src, nil, err)
+			}
+			if err := os.MkdirAll(filepath.Dir(dst), 0o777); err != nil {
+				return newErr("move", dst, nil, err)
+			}
+		}
 		err := os.Rename(src, dst)
 		switch {
 		case err == nil:
