@@ -31,6 +31,9 @@ func TestWriterIsAtomic(t *testing.T) {
 			if len(temps(t, root)) != 1 {
 				t.Fatalf("no temporary file next to the target: %v", temps(t, root))
 			}
+			if tmp := filepath.Join(root, temps(t, root)[0]); !IsTemp(tmp) || IsTemp(p) || IsTemp(root+"/.f.tmp") {
+				t.Fatalf("IsTemp: wrong about %s or %s", tmp, p)
+			}
 			c, err := w.Commit()
 			if err != nil {
 				t.Fatal(err)
