@@ -43,6 +43,10 @@ type Info struct {
 	Owner, Group  string // names, or the numbers when no account has them
 	ModTime       time.Time
 	SymlinkTarget string
+	// Metadata is what a Writer stored with the file (WriteOptions), or
+	// anything else set as a user.e2b.* extended attribute; nil if none,
+	// or if the call did not ask for it (InfoOptions).
+	Metadata map[string]string
 	// Resolved is, for a symlink, what it leads to once every link on the
 	// way is followed, with an absolute Path; nil for other entries and
 	// for a link that leads nowhere the user can reach (dangling, a loop,
@@ -96,7 +100,7 @@ func (i Info) Permissions() string {
 
 // infoOf builds the Info of path from its lstat result. It reads a
 // symlink's target, so it runs as the user like the lstat did.
-func (m *Manager) infoOf(path string, st fs.FileInfo) Info {
+func (m *Manager) infoOf(path string, st fs.FileInfo, o InfoOptions) Info {
 	info := Info{Name: filepath.Base(path), Path: path, Size: st.Size(), Mode: st.Mode(), ModTime: st.ModTime()}
 	switch {
 	case st.Mode().IsRegular():
@@ -109,6 +113,9 @@ func (m *Manager) infoOf(path string, st fs.FileInfo) Info {
 		info.Resolved = m.resolved(path)
 	default:
 		info.Type = TypeOther
+	}
+	if o.Metadata && info.Type != TypeSymlink {
+		info.Metadata = readMetadata(path)
 	}
 	if sys := statT(st); sys != nil {
 		info.UID, info.GID = sys.Uid, sys.Gid
@@ -127,7 +134,7 @@ func (m *Manager) resolved(path string) *Info {
 	if err != nil {
 		return nil
 	}
-	info := m.infoOf(real, st)
+	info := m.infoOf(real, st, InfoOptions{})
 	return &info
 }
 

@@ -63,7 +63,7 @@ func (m *Manager) Open(userName, path string) (*File, error) {
 			osf.Close()
 			return newErr("read", p, nil, err)
 		}
-		f = &File{File: osf, Info: m.infoOf(p, fi), Sized: true}
+		f = &File{File: osf, Info: m.infoOf(p, fi, InfoOptions{}), Sized: true}
 		if fi.Size() == 0 {
 			var sfs unix.Statfs_t
 			f.Sized = unix.Fstatfs(fd, &sfs) != nil || !virtualFS(sfs.Type)
