@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -52,9 +53,9 @@ func reportP50(b *testing.B, path string, lat []time.Duration) time.Duration {
 }
 
 // nodeBench runs nodetest/bench.mjs and returns what it measured.
-func nodeBench(b *testing.B, url, mode string, n int) []time.Duration {
+func nodeBench(b *testing.B, url, mode string, n int, args ...string) []time.Duration {
 	needNode(b)
-	out, err := exec.Command("node", "nodetest/bench.mjs", url, mode, strconv.Itoa(n)).Output()
+	out, err := exec.Command("node", append([]string{"nodetest/bench.mjs", url, mode, strconv.Itoa(n)}, args...)...).Output()
 	if err != nil {
 		b.Fatalf("node: %v %s", err, out)
 	}
@@ -243,4 +244,93 @@ func rawStdout(b *testing.B, url string, msg []byte) int {
 			n += m
 		}
 	}
+}
+
+// benchFile is the size of the file the files benchmark moves; each path
+// writes it then reads it filesPerRound times a turn, filesRounds turns.
+const (
+	benchFile     = 10 << 20
+	filesPerRound = 5
+	filesRounds   = 3
+)
+
+// BenchmarkEnvdVsNativeFiles writes and reads a 10 MiB file through the
+// SDK's files.write and files.read, through envd's /files with a plain
+// HTTP client, and through the native /v1/files routes (PUT and GET), as
+// the agent's own user. Every write is atomic and synced (fsync) on each
+// path.
+func BenchmarkEnvdVsNativeFiles(b *testing.B) {
+	needNode(b)
+	a := newAgent(b, agentOptions{open: true})
+	dir := b.TempDir()
+	data := make([]byte, benchFile)
+	rand.Read(data)
+	call := func(method, url, ctype string, body []byte, bearer bool) {
+		var r io.Reader
+		if body != nil {
+			r = bytes.NewReader(body)
+		}
+		req, _ := http.NewRequest(method, url, r)
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		if bearer {
+			req.Header.Set("Authorization", "Bearer "+nativeToken)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 || (method == "GET" && n != benchFile) {
+			b.Fatalf("%s %s: %d, %d bytes", method, url, resp.StatusCode, n)
+		}
+	}
+	type path struct {
+		name        string
+		write, read func() []time.Duration
+	}
+	httpPath := func(name, route, writeMethod, ctype string, bearer bool) path {
+		url := a.url + route + "?path=" + dir + "/" + name
+		return path{name,
+			func() []time.Duration {
+				return timed(filesPerRound, func() { call(writeMethod, url, ctype, data, bearer) })
+			},
+			func() []time.Duration { return timed(filesPerRound, func() { call("GET", url, "", nil, bearer) }) },
+		}
+	}
+	sdkFile := dir + "/envd-sdk"
+	paths := []path{
+		httpPath("native", "/v1/files", "PUT", "", true),
+		httpPath("envd-http", "/files", "POST", "application/octet-stream", false),
+		{"envd-sdk",
+			func() []time.Duration {
+				return nodeBench(b, a.url, "write", benchFile, sdkFile, strconv.Itoa(filesPerRound))
+			},
+			func() []time.Duration {
+				return nodeBench(b, a.url, "read", benchFile, sdkFile, strconv.Itoa(filesPerRound))
+			},
+		},
+	}
+	writes := make([][]time.Duration, len(paths))
+	reads := make([][]time.Duration, len(paths))
+	for range b.N * filesRounds {
+		for i, p := range paths {
+			writes[i] = append(writes[i], p.write()...)
+			reads[i] = append(reads[i], p.read()...)
+		}
+	}
+	var baseW, baseR time.Duration
+	for i, p := range paths {
+		w := reportP50(b, p.name+"-write", writes[i])
+		r := reportP50(b, p.name+"-read", reads[i])
+		if i == 0 {
+			baseW, baseR = w, r
+			continue
+		}
+		b.ReportMetric(float64(w)/float64(baseW), p.name+"-write/native")
+		b.ReportMetric(float64(r)/float64(baseR), p.name+"-read/native")
+	}
+	b.ReportMetric(0, "ns/op")
 }

@@ -54,15 +54,39 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 
 // writtenFile is what POST /files answers for each file, as envd does.
 type writtenFile struct {
-	Name string `json:"name"`
-	Path string `json:"path"`
-	Type string `json:"type"`
+	Name     string            `json:"name"`
+	Path     string            `json:"path"`
+	Type     string            `json:"type"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// metadataPrefix starts the headers that carry a file's metadata, one
+// key each ("X-Metadata-Author: mish"); keys are lowercased, as HTTP
+// header names are not case-sensitive.
+const metadataPrefix = "x-metadata-"
+
+// metadataHeaders reads the metadata an upload gives every file it
+// writes; nil without any.
+func metadataHeaders(h http.Header) map[string]string {
+	var md map[string]string
+	for name, values := range h {
+		key := strings.ToLower(name)
+		if !strings.HasPrefix(key, metadataPrefix) || len(key) == len(metadataPrefix) || len(values) == 0 {
+			continue
+		}
+		if md == nil {
+			md = map[string]string{}
+		}
+		md[key[len(metadataPrefix):]] = values[0]
+	}
+	return md
 }
 
 // upload writes files from a multipart body (each part named "file" goes
 // to ?path= when given, else to the path its filename names) or from a
 // raw application/octet-stream body (to ?path=). Parent directories are
-// created, existing files replaced. Every file is written to a temporary
+// created, existing files replaced; X-Metadata-KEY headers give every
+// file metadata (replacing any it had). Every file is written to a temporary
 // file first and they are committed together once the whole body has
 // arrived, so a failed upload changes none of them.
 func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
@@ -73,7 +97,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer body.Close()
-	u := uploader{s: s, user: q.Get("username")}
+	u := uploader{s: s, user: q.Get("username"), metadata: metadataHeaders(r.Header)}
 	defer u.abort()
 	media, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch {
@@ -120,9 +144,10 @@ func decodedBody(r *http.Request) (io.ReadCloser, error) {
 
 // uploader holds the files of one upload until they are committed.
 type uploader struct {
-	s       *Server
-	user    string
-	writers []*files.Writer
+	s        *Server
+	user     string
+	metadata map[string]string
+	writers  []*files.Writer
 }
 
 // multipart stages every part named "file"; other form fields are
@@ -157,7 +182,7 @@ func (u *uploader) file(path string, r io.Reader) error {
 	if len(u.writers) == maxUploadParts {
 		return &statusError{http.StatusBadRequest, fmt.Errorf("more than %d files in one upload", maxUploadParts)}
 	}
-	fw, err := u.s.cfg.Files.Create(u.user, path, files.WriteOptions{Parents: true})
+	fw, err := u.s.cfg.Files.Create(u.user, path, files.WriteOptions{Parents: true, Metadata: u.metadata})
 	if err != nil {
 		return err
 	}
@@ -186,7 +211,7 @@ func (u *uploader) commit() ([]writtenFile, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, writtenFile{Name: filepath.Base(c.Path), Path: c.Path, Type: "file"})
+		out = append(out, writtenFile{Name: filepath.Base(c.Path), Path: c.Path, Type: "file", Metadata: u.metadata})
 	}
 	return out, nil
 }

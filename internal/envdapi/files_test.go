@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"io"
+	"maps"
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
@@ -16,6 +17,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/rayito/rayito-agent/internal/envdapi/gen/filesystem"
 )
 
 // filesCall sends one /files request with the token and returns the
@@ -311,4 +316,42 @@ func TestFilesTraffic(t *testing.T) {
 	if after := a.counter.Snapshot(); after.BytesOut-mid.BytesOut < 100000 {
 		t.Fatalf("download: traffic %+v then %+v", mid, after)
 	}
+}
+
+// X-Metadata-* headers give the uploaded files metadata, which the answer,
+// Stat and ListDir show; a write without them clears it.
+func TestFilesUploadMetadata(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, agentOptions{})
+	dir := t.TempDir()
+	f := filepath.Join(dir, "f")
+	status, _, raw := filesCall(t, a, "POST", url.Values{"path": {f}}, "application/octet-stream", strings.NewReader("x"),
+		"X-Metadata-Author", "mish", "x-metadata-PURPOSE", "up load", "X-Metadata-", "no key")
+	var got []struct {
+		Path     string            `json:"path"`
+		Metadata map[string]string `json:"metadata"`
+	}
+	want := map[string]string{"author": "mish", "purpose": "up load"}
+	if status != 200 || json.Unmarshal(raw, &got) != nil || len(got) != 1 || !maps.Equal(got[0].Metadata, want) {
+		t.Fatalf("upload: %d %s", status, raw)
+	}
+	stat, err := a.fs.Stat(ctxLong(t), authed(connect.NewRequest(&filesystem.StatRequest{Path: f})))
+	if err != nil || !maps.Equal(stat.Msg.GetEntry().GetMetadata(), want) {
+		t.Fatalf("stat: %v, %v", stat, err)
+	}
+	list, err := a.fs.ListDir(ctxLong(t), authed(connect.NewRequest(&filesystem.ListDirRequest{Path: dir})))
+	if err != nil || len(list.Msg.GetEntries()) != 1 || !maps.Equal(list.Msg.GetEntries()[0].GetMetadata(), want) {
+		t.Fatalf("list: %v, %v", list, err)
+	}
+	status, _, raw = filesCall(t, a, "POST", url.Values{"path": {f}}, "application/octet-stream", strings.NewReader("y"))
+	if status != 200 || strings.Contains(string(raw), "metadata") {
+		t.Fatalf("upload without metadata: %d %s", status, raw)
+	}
+	if stat, _ = a.fs.Stat(ctxLong(t), authed(connect.NewRequest(&filesystem.StatRequest{Path: f}))); stat.Msg.GetEntry().GetMetadata() != nil {
+		t.Fatalf("metadata kept after a rewrite: %v", stat.Msg.GetEntry())
+	}
+	status, _, raw = filesCall(t, a, "POST", url.Values{"path": {f}}, "application/octet-stream", strings.NewReader("z"),
+		"X-Metadata-"+strings.Repeat("k", 300), "v")
+	wantFilesError(t, "long key", status, raw, 400, "metadata key")
+	wantContent(t, f, "y")
 }

@@ -20,6 +20,9 @@ type filesystemService struct {
 	s *Server
 }
 
+// withMetadata: envd's entries carry the files' metadata.
+var withMetadata = files.InfoOptions{Metadata: true}
+
 // requestUser is who a filesystem RPC runs as: the user the Basic header
 // names, "" (the default user) without one.
 func requestUser(h map[string][]string) (string, error) {
@@ -36,7 +39,7 @@ func (f *filesystemService) Stat(ctx context.Context, req *connect.Request[files
 	if err != nil {
 		return nil, err
 	}
-	info, err := f.s.cfg.Files.Stat(user, req.Msg.GetPath())
+	info, err := f.s.cfg.Files.StatWith(user, req.Msg.GetPath(), withMetadata)
 	if err != nil {
 		return nil, fileError(err)
 	}
@@ -50,7 +53,7 @@ func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 	if err != nil {
 		return nil, err
 	}
-	infos, err := f.s.cfg.Files.List(user, req.Msg.GetPath(), int(req.Msg.GetDepth()))
+	infos, err := f.s.cfg.Files.ListWith(user, req.Msg.GetPath(), int(req.Msg.GetDepth()), withMetadata)
 	if err != nil {
 		return nil, fileError(err)
 	}
@@ -72,7 +75,7 @@ func (f *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fi
 	if err := f.s.cfg.Files.MakeDir(user, req.Msg.GetPath(), true); err != nil {
 		return nil, fileError(err)
 	}
-	info, err := f.s.cfg.Files.Stat(user, req.Msg.GetPath())
+	info, err := f.s.cfg.Files.StatWith(user, req.Msg.GetPath(), withMetadata)
 	if err != nil {
 		return nil, fileError(err)
 	}
@@ -90,7 +93,7 @@ func (f *filesystemService) Move(ctx context.Context, req *connect.Request[files
 	if err := f.s.cfg.Files.MoveWith(user, m.GetSource(), m.GetDestination(), files.MoveOptions{Parents: true}); err != nil {
 		return nil, fileError(err)
 	}
-	info, err := f.s.cfg.Files.Stat(user, m.GetDestination())
+	info, err := f.s.cfg.Files.StatWith(user, m.GetDestination(), withMetadata)
 	if err != nil {
 		return nil, fileError(err)
 	}
@@ -118,7 +121,7 @@ func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[fil
 func entryInfo(i files.Info) *filesystem.EntryInfo {
 	e := &filesystem.EntryInfo{
 		Name: i.Name, Path: i.Path, Size: i.Size, Mode: uint32(i.Mode.Perm()), Permissions: i.Permissions(),
-		Owner: i.Owner, Group: i.Group, ModifiedTime: timestamppb.New(i.ModTime),
+		Owner: i.Owner, Group: i.Group, ModifiedTime: timestamppb.New(i.ModTime), Metadata: i.Metadata,
 	}
 	switch i.Type {
 	case files.TypeFile:

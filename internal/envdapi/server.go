@@ -40,8 +40,8 @@ type (
 	}
 	// Files runs file operations as users; files.Manager implements it.
 	Files interface {
-		Stat(user, path string) (files.Info, error)
-		List(user, path string, depth int) ([]files.Info, error)
+		StatWith(user, path string, o files.InfoOptions) (files.Info, error)
+		ListWith(user, path string, depth int, o files.InfoOptions) ([]files.Info, error)
 		MakeDir(user, path string, parents bool) error
 		MoveWith(user, from, to string, o files.MoveOptions) error
 		Remove(user, path string, recursive bool) error

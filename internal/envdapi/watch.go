@@ -151,7 +151,7 @@ func (s *Server) eventEntry(user, dir, name string) *filesystem.EntryInfo {
 	if !filepath.IsAbs(name) {
 		name = filepath.Join(dir, name)
 	}
-	info, err := s.cfg.Files.Stat(user, name)
+	info, err := s.cfg.Files.StatWith(user, name, withMetadata)
 	if err != nil {
 		return nil
 	}

@@ -185,6 +185,23 @@ test('files: list, exists, getInfo, makeDir, rename, remove', async () => {
   await sbx.files.remove(`${d}/sub`) // gone already: no error, as with envd
 })
 
+test('files: metadata', async () => {
+  const d = `${tmp}/files/meta`
+  const metadata = { author: 'mish', purpose: 'upload' }
+  const info = await sbx.files.write(`${d}/a.txt`, 'x', { metadata })
+  assert.deepEqual(info.metadata, metadata)
+  assert.deepEqual((await sbx.files.getInfo(`${d}/a.txt`)).metadata, metadata)
+  assert.deepEqual((await sbx.files.list(d))[0].metadata, metadata)
+  assert.deepEqual((await sbx.files.rename(`${d}/a.txt`, `${d}/b.txt`)).metadata, metadata)
+  const octet = await sbx.files.write(`${d}/c.txt`, 'x', { metadata, useOctetStream: true })
+  assert.deepEqual(octet.metadata, metadata)
+  const many = await sbx.files.write([{ path: `${d}/1`, data: '1' }, { path: `${d}/2`, data: '2' }], { metadata: { source: 'test' } })
+  assert.deepEqual(many.map((i) => i.metadata), [{ source: 'test' }, { source: 'test' }])
+  // A rewrite without metadata clears it.
+  assert.equal((await sbx.files.write(`${d}/b.txt`, 'y')).metadata, undefined)
+  assert.equal((await sbx.files.getInfo(`${d}/b.txt`)).metadata, undefined)
+})
+
 test('files: as another user', async () => {
   const d = `${tmp}/files/theirs`
   await sbx.commands.run(`mkdir -p ${d} && chmod 777 ${d} && chmod 755 ${tmp}/.. ${tmp} ${tmp}/files`)
