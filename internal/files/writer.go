@@ -223,12 +223,15 @@ func writeHashing(f io.Writer, h hash.Hash, p []byte) (int, error) {
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
 // ReadFrom writes everything r yields; it makes io.Copy use big reads.
+// Each buffer is filled before it is written: readers such as a multipart
+// part yield a few KiB a read, and a write costs per call (a system call,
+// and hashing that runs aside only for large ones).
 func (w *Writer) ReadFrom(r io.Reader) (int64, error) {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	var total int64
 	for {
-		n, err := r.Read(*bp)
+		n, err := fill(r, *bp)
 		if n > 0 {
 			k, werr := w.Write((*bp)[:n])
 			total += int64(k)
@@ -243,6 +246,18 @@ func (w *Writer) ReadFrom(r io.Reader) (int64, error) {
 			return total, err
 		}
 	}
+}
+
+// fill reads into p until it is full or r fails; err is r's, io.EOF at
+// its end. (io.ReadFull would turn the end into io.ErrUnexpectedEOF, which
+// cannot be told from a reader's own, such as a truncated gzip stream's.)
+func fill(r io.Reader, p []byte) (n int, err error) {
+	for n < len(p) && err == nil {
+		var k int
+		k, err = r.Read(p[n:])
+		n += k
+	}
+	return n, err
 }
 
 func (w *Writer) usable() error {
