@@ -9,7 +9,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"io"
+	"mime/multipart"
 	"net/http"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -55,7 +57,9 @@ func reportP50(b *testing.B, path string, lat []time.Duration) time.Duration {
 // nodeBench runs nodetest/bench.mjs and returns what it measured.
 func nodeBench(b *testing.B, url, mode string, n int, args ...string) []time.Duration {
 	needNode(b)
-	out, err := exec.Command("node", append([]string{"nodetest/bench.mjs", url, mode, strconv.Itoa(n)}, args...)...).Output()
+	cmd := exec.Command("node", append([]string{"nodetest/bench.mjs", url, mode, strconv.Itoa(n)}, args...)...)
+	cmd.Env = append(os.Environ(), "RAYITO_TOKEN="+nativeToken)
+	out, err := cmd.Output()
 	if err != nil {
 		b.Fatalf("node: %v %s", err, out)
 	}
@@ -255,10 +259,11 @@ const (
 )
 
 // BenchmarkEnvdVsNativeFiles writes and reads a 10 MiB file through the
-// SDK's files.write and files.read, through envd's /files with a plain
-// HTTP client, and through the native /v1/files routes (PUT and GET), as
-// the agent's own user. Every write is atomic and synced (fsync) on each
-// path.
+// SDK's files.write (multipart) and files.read against Node's own fetch
+// on the native /v1/files routes, and through envd's /files with Go's
+// HTTP client (a raw body, and multipart as the SDK sends) against the
+// native routes (PUT and GET), as the agent's own user. Every write is
+// atomic and synced (fsync) on each path.
 func BenchmarkEnvdVsNativeFiles(b *testing.B) {
 	needNode(b)
 	a := newAgent(b, agentOptions{open: true})
@@ -300,10 +305,25 @@ func BenchmarkEnvdVsNativeFiles(b *testing.B) {
 			func() []time.Duration { return timed(filesPerRound, func() { call("GET", url, "", nil, bearer) }) },
 		}
 	}
-	sdkFile := dir + "/envd-sdk"
+	sdkFile, nodeFile := dir+"/envd-sdk", dir+"/native-node"
+	form, formType := multipartFile(b, data)
+	multi := httpPath("envd-http-multipart", "/files", "POST", formType, false)
+	multi.write = func() []time.Duration {
+		return timed(filesPerRound, func() { call("POST", a.url+"/files?path="+dir+"/multi", formType, form, false) })
+	}
+	multi.read = func() []time.Duration { return nil }
 	paths := []path{
 		httpPath("native", "/v1/files", "PUT", "", true),
 		httpPath("envd-http", "/files", "POST", "application/octet-stream", false),
+		multi,
+		{"native-node",
+			func() []time.Duration {
+				return nodeBench(b, a.url, "native-write", benchFile, nodeFile, strconv.Itoa(filesPerRound))
+			},
+			func() []time.Duration {
+				return nodeBench(b, a.url, "native-read", benchFile, nodeFile, strconv.Itoa(filesPerRound))
+			},
+		},
 		{"envd-sdk",
 			func() []time.Duration {
 				return nodeBench(b, a.url, "write", benchFile, sdkFile, strconv.Itoa(filesPerRound))
@@ -321,16 +341,34 @@ func BenchmarkEnvdVsNativeFiles(b *testing.B) {
 			reads[i] = append(reads[i], p.read()...)
 		}
 	}
-	var baseW, baseR time.Duration
+	p50 := map[string]time.Duration{}
 	for i, p := range paths {
-		w := reportP50(b, p.name+"-write", writes[i])
-		r := reportP50(b, p.name+"-read", reads[i])
-		if i == 0 {
-			baseW, baseR = w, r
-			continue
+		p50[p.name+"-write"] = reportP50(b, p.name+"-write", writes[i])
+		if len(reads[i]) > 0 {
+			p50[p.name+"-read"] = reportP50(b, p.name+"-read", reads[i])
 		}
-		b.ReportMetric(float64(w)/float64(baseW), p.name+"-write/native")
-		b.ReportMetric(float64(r)/float64(baseR), p.name+"-read/native")
 	}
+	ratio := func(name, of, base string) {
+		b.ReportMetric(float64(p50[of])/float64(p50[base]), name)
+	}
+	for _, op := range []string{"write", "read"} {
+		ratio("envd-http-"+op+"/native", "envd-http-"+op, "native-"+op)
+		ratio("envd-sdk-"+op+"/native-node", "envd-sdk-"+op, "native-node-"+op)
+	}
+	ratio("envd-http-multipart-write/native", "envd-http-multipart-write", "native-write")
 	b.ReportMetric(0, "ns/op")
+}
+
+// multipartFile is a form carrying data as the part "file", as the SDK's
+// files.write sends it.
+func multipartFile(b *testing.B, data []byte) ([]byte, string) {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	w, err := mw.CreateFormFile("file", "blob")
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.Write(data)
+	mw.Close()
+	return buf.Bytes(), mw.FormDataContentType()
 }

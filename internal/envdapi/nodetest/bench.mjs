@@ -4,6 +4,9 @@
 //   node bench.mjs URL stdout B   B bytes of stdout through commands.run, in µs
 //   node bench.mjs URL write B PATH N   N x files.write of B random bytes to PATH, in µs
 //   node bench.mjs URL read B PATH N    N x files.read of PATH (B bytes), in µs
+//   node bench.mjs URL native-write B PATH N, native-read B PATH N: the same
+//     with Node's fetch on the native /v1/files routes (PUT and GET), the
+//     token in $RAYITO_TOKEN: what Node itself costs
 import { randomBytes } from 'node:crypto'
 import { Sandbox } from 'e2b'
 
@@ -16,6 +19,23 @@ if (mode === 'run') {
   for (let i = 0; i < n; i++) {
     const t = process.hrtime.bigint()
     await sbx.commands.run('true')
+    out.push(Number(process.hrtime.bigint() - t) / 1000)
+  }
+} else if (mode === 'native-write' || mode === 'native-read') {
+  const target = `${url}/v1/files?path=${encodeURIComponent(path)}`
+  const headers = { Authorization: `Bearer ${process.env.RAYITO_TOKEN}` }
+  const data = randomBytes(n)
+  for (let i = 0; i < Number(times); i++) {
+    const t = process.hrtime.bigint()
+    if (mode === 'native-write') {
+      const r = await fetch(target, { method: 'PUT', headers, body: data })
+      await r.arrayBuffer()
+      if (!r.ok) throw new Error(`PUT: ${r.status}`)
+    } else {
+      const r = await fetch(target, { headers })
+      const got = new Uint8Array(await r.arrayBuffer())
+      if (got.length !== n) throw new Error(`read ${got.length} of ${n} bytes`)
+    }
     out.push(Number(process.hrtime.bigint() - t) / 1000)
   }
 } else if (mode === 'write') {
