@@ -287,7 +287,7 @@ func run(cfg config, log *zap.Logger) error {
 	})
 	envd := envdapi.New(envdapi.Config{
 		Logger: log.Named("envd"), Auth: auth, Streams: streams, Procs: procs, PTYs: ptys,
-		Watches: watches, Users: defaults, Traffic: counter, Generation: resumer.Generation, Open: cfg.envdOpen,
+		Watches: watches, Users: defaults, Files: fileMgr, Traffic: counter, Generation: resumer.Generation, Open: cfg.envdOpen,
 	})
 	envd.Mount(srv)
 	*cut = append(*cut, envd)

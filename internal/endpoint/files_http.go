@@ -6,7 +6,6 @@ import (
 	"mime"
 	"net/http"
 	"path"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -118,20 +117,7 @@ func (s *Server) handleFileGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
-	ctype := mime.TypeByExtension(filepath.Ext(f.Info.Name))
-	if ctype == "" {
-		ctype = "application/octet-stream"
-	}
-	w.Header().Set("Content-Type", ctype)
-	if f.Sized {
-		http.ServeContent(w, r, f.Info.Name, f.Info.ModTime, f)
-		return
-	}
-	// A virtual file (/proc): no size to promise, read to its end.
-	w.WriteHeader(http.StatusOK)
-	if r.Method != http.MethodHead {
-		io.Copy(w, f)
-	}
+	f.Serve(w, r)
 }
 
 func (s *Server) serveTar(w http.ResponseWriter, r *http.Request, q map[string]string) {

@@ -8,13 +8,15 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
-	"github.com/rayito/rayito-agent/internal/envdapi/gen/filesystem"
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/process"
 )
 
@@ -92,11 +94,15 @@ func sign(path, op, user, token string, exp int64) string {
 	return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
 }
 
-// /files takes the token or a signed URL. Transfers themselves are not
-// served yet: a request that passes auth gets 501.
+// /files takes the token or a signed URL; a request that passes is served
+// (200 for the file that exists, 404 for the one that does not).
 func TestFilesAuth(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t, agentOptions{})
+	dir := t.TempDir()
+	f := filepath.Join(dir, "f")
+	mustWrite(t, f, "content")
+	up := filepath.Join(dir, "up")
 	future := time.Now().Add(time.Hour).Unix()
 	past := time.Now().Add(-time.Minute).Unix()
 	for _, c := range []struct {
@@ -105,17 +111,23 @@ func TestFilesAuth(t *testing.T) {
 		headers      map[string]string
 		status       int
 	}{
-		{"token", "GET", url.Values{"path": {"/etc/hostname"}}, map[string]string{"X-Access-Token": nativeToken}, 501},
-		{"nothing", "GET", url.Values{"path": {"/etc/hostname"}}, nil, 401},
-		{"signed read", "GET", url.Values{"path": {"/etc/hostname"}, "signature": {sign("/etc/hostname", "read", "", nativeToken, 0)}}, nil, 501},
-		{"signed write", "POST", url.Values{"path": {"/tmp/x"}, "username": {"root"}, "signature": {sign("/tmp/x", "write", "root", nativeToken, 0)}}, nil, 501},
-		{"signed with expiry", "GET", url.Values{"path": {"/a"}, "signature": {sign("/a", "read", "", nativeToken, future)}, "signature_expiration": {strconv.FormatInt(future, 10)}}, nil, 501},
-		{"expired", "GET", url.Values{"path": {"/a"}, "signature": {sign("/a", "read", "", nativeToken, past)}, "signature_expiration": {strconv.FormatInt(past, 10)}}, nil, 401},
-		{"read signature to write", "POST", url.Values{"path": {"/a"}, "signature": {sign("/a", "read", "", nativeToken, 0)}}, nil, 401},
-		{"other user", "GET", url.Values{"path": {"/a"}, "username": {"root"}, "signature": {sign("/a", "read", "", nativeToken, 0)}}, nil, 401},
-		{"wrong token wins over a signature", "GET", url.Values{"path": {"/a"}, "signature": {sign("/a", "read", "", nativeToken, 0)}}, map[string]string{"X-Access-Token": "guess"}, 401},
+		{"token", "GET", url.Values{"path": {f}}, map[string]string{"X-Access-Token": nativeToken}, 200},
+		{"nothing", "GET", url.Values{"path": {f}}, nil, 401},
+		{"signed read", "GET", url.Values{"path": {f}, "signature": {sign(f, "read", "", nativeToken, 0)}}, nil, 200},
+		{"signed write", "POST", url.Values{"path": {up}, "username": {"root"}, "signature": {sign(up, "write", "root", nativeToken, 0)}}, nil, 200},
+		{"signed with expiry", "GET", url.Values{"path": {"/a"}, "signature": {sign("/a", "read", "", nativeToken, future)}, "signature_expiration": {strconv.FormatInt(future, 10)}}, nil, 404},
+		{"expired", "GET", url.Values{"path": {f}, "signature": {sign(f, "read", "", nativeToken, past)}, "signature_expiration": {strconv.FormatInt(past, 10)}}, nil, 401},
+		{"read signature to write", "POST", url.Values{"path": {up}, "signature": {sign(up, "read", "", nativeToken, 0)}}, nil, 401},
+		{"other user", "GET", url.Values{"path": {f}, "username": {"root"}, "signature": {sign(f, "read", "", nativeToken, 0)}}, nil, 401},
+		{"other path", "GET", url.Values{"path": {f + "x"}, "signature": {sign(f, "read", "", nativeToken, 0)}}, nil, 401},
+		{"wrong token wins over a signature", "GET", url.Values{"path": {f}, "signature": {sign(f, "read", "", nativeToken, 0)}}, map[string]string{"X-Access-Token": "guess"}, 401},
 	} {
-		req, _ := http.NewRequest(c.method, a.url+"/files?"+c.query.Encode(), nil)
+		var body io.Reader
+		if c.method == "POST" {
+			body = strings.NewReader("uploaded")
+		}
+		req, _ := http.NewRequest(c.method, a.url+"/files?"+c.query.Encode(), body)
+		req.Header.Set("Content-Type", "application/octet-stream")
 		for k, v := range c.headers {
 			req.Header.Set(k, v)
 		}
@@ -123,35 +135,33 @@ func TestFilesAuth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var body struct {
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status {
+			t.Errorf("%s: %d %s, want %d", c.name, resp.StatusCode, raw, c.status)
+			continue
+		}
+		if c.status == 200 {
+			continue
+		}
+		var e struct {
 			Code    int    `json:"code"`
 			Message string `json:"message"`
 		}
-		json.NewDecoder(resp.Body).Decode(&body)
-		resp.Body.Close()
-		if resp.StatusCode != c.status || body.Code != c.status || body.Message == "" {
-			t.Errorf("%s: %d %+v, want %d", c.name, resp.StatusCode, body, c.status)
+		if json.Unmarshal(raw, &e); e.Code != c.status || e.Message == "" {
+			t.Errorf("%s: body %s", c.name, raw)
 		}
+	}
+	if b, err := os.ReadFile(up); err != nil || string(b) != "uploaded" {
+		t.Fatalf("the signed write wrote %q, %v", b, err)
 	}
 }
 
-// What is not served yet says so, as envd's clients expect of a missing
-// method; health stays 2xx for the SDK's isRunning.
-func TestUnimplemented(t *testing.T) {
+// Methods /files does not take are refused; health stays 2xx for the
+// SDK's isRunning.
+func TestMethodsAndHealth(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t, agentOptions{})
-	ctx := ctxLong(t)
-	_, err := a.fs.Stat(ctx, authed(connect.NewRequest(&filesystem.StatRequest{Path: "/"})))
-	wantCode(t, err, connect.CodeUnimplemented, "")
-	_, err = a.fs.ListDir(ctx, authed(connect.NewRequest(&filesystem.ListDirRequest{Path: "/"})))
-	wantCode(t, err, connect.CodeUnimplemented, "")
-	_, err = a.fs.MakeDir(ctx, authed(connect.NewRequest(&filesystem.MakeDirRequest{Path: "/tmp/x"})))
-	wantCode(t, err, connect.CodeUnimplemented, "")
-	_, err = a.fs.Move(ctx, authed(connect.NewRequest(&filesystem.MoveRequest{Source: "/a", Destination: "/b"})))
-	wantCode(t, err, connect.CodeUnimplemented, "")
-	_, err = a.fs.Remove(ctx, authed(connect.NewRequest(&filesystem.RemoveRequest{Path: "/tmp/x"})))
-	wantCode(t, err, connect.CodeUnimplemented, "")
-
 	req, _ := http.NewRequest("PUT", a.url+"/files?path=/a", nil)
 	req.Header.Set("X-Access-Token", nativeToken)
 	resp, err := http.DefaultClient.Do(req)

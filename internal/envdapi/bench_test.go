@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"io"
+	"mime/multipart"
 	"net/http"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -52,9 +55,11 @@ func reportP50(b *testing.B, path string, lat []time.Duration) time.Duration {
 }
 
 // nodeBench runs nodetest/bench.mjs and returns what it measured.
-func nodeBench(b *testing.B, url, mode string, n int) []time.Duration {
+func nodeBench(b *testing.B, url, mode string, n int, args ...string) []time.Duration {
 	needNode(b)
-	out, err := exec.Command("node", "nodetest/bench.mjs", url, mode, strconv.Itoa(n)).Output()
+	cmd := exec.Command("node", append([]string{"nodetest/bench.mjs", url, mode, strconv.Itoa(n)}, args...)...)
+	cmd.Env = append(os.Environ(), "RAYITO_TOKEN="+nativeToken)
+	out, err := cmd.Output()
 	if err != nil {
 		b.Fatalf("node: %v %s", err, out)
 	}
@@ -243,4 +248,127 @@ func rawStdout(b *testing.B, url string, msg []byte) int {
 			n += m
 		}
 	}
+}
+
+// benchFile is the size of the file the files benchmark moves; each path
+// writes it then reads it filesPerRound times a turn, filesRounds turns.
+const (
+	benchFile     = 10 << 20
+	filesPerRound = 5
+	filesRounds   = 3
+)
+
+// BenchmarkEnvdVsNativeFiles writes and reads a 10 MiB file through the
+// SDK's files.write (multipart) and files.read against Node's own fetch
+// on the native /v1/files routes, and through envd's /files with Go's
+// HTTP client (a raw body, and multipart as the SDK sends) against the
+// native routes (PUT and GET), as the agent's own user. Every write is
+// atomic and synced (fsync) on each path.
+func BenchmarkEnvdVsNativeFiles(b *testing.B) {
+	needNode(b)
+	a := newAgent(b, agentOptions{open: true})
+	dir := b.TempDir()
+	data := make([]byte, benchFile)
+	rand.Read(data)
+	call := func(method, url, ctype string, body []byte, bearer bool) {
+		var r io.Reader
+		if body != nil {
+			r = bytes.NewReader(body)
+		}
+		req, _ := http.NewRequest(method, url, r)
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		if bearer {
+			req.Header.Set("Authorization", "Bearer "+nativeToken)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 || (method == "GET" && n != benchFile) {
+			b.Fatalf("%s %s: %d, %d bytes", method, url, resp.StatusCode, n)
+		}
+	}
+	type path struct {
+		name        string
+		write, read func() []time.Duration
+	}
+	httpPath := func(name, route, writeMethod, ctype string, bearer bool) path {
+		url := a.url + route + "?path=" + dir + "/" + name
+		return path{name,
+			func() []time.Duration {
+				return timed(filesPerRound, func() { call(writeMethod, url, ctype, data, bearer) })
+			},
+			func() []time.Duration { return timed(filesPerRound, func() { call("GET", url, "", nil, bearer) }) },
+		}
+	}
+	sdkFile, nodeFile := dir+"/envd-sdk", dir+"/native-node"
+	form, formType := multipartFile(b, data)
+	multi := httpPath("envd-http-multipart", "/files", "POST", formType, false)
+	multi.write = func() []time.Duration {
+		return timed(filesPerRound, func() { call("POST", a.url+"/files?path="+dir+"/multi", formType, form, false) })
+	}
+	multi.read = func() []time.Duration { return nil }
+	paths := []path{
+		httpPath("native", "/v1/files", "PUT", "", true),
+		httpPath("envd-http", "/files", "POST", "application/octet-stream", false),
+		multi,
+		{"native-node",
+			func() []time.Duration {
+				return nodeBench(b, a.url, "native-write", benchFile, nodeFile, strconv.Itoa(filesPerRound))
+			},
+			func() []time.Duration {
+				return nodeBench(b, a.url, "native-read", benchFile, nodeFile, strconv.Itoa(filesPerRound))
+			},
+		},
+		{"envd-sdk",
+			func() []time.Duration {
+				return nodeBench(b, a.url, "write", benchFile, sdkFile, strconv.Itoa(filesPerRound))
+			},
+			func() []time.Duration {
+				return nodeBench(b, a.url, "read", benchFile, sdkFile, strconv.Itoa(filesPerRound))
+			},
+		},
+	}
+	writes := make([][]time.Duration, len(paths))
+	reads := make([][]time.Duration, len(paths))
+	for range b.N * filesRounds {
+		for i, p := range paths {
+			writes[i] = append(writes[i], p.write()...)
+			reads[i] = append(reads[i], p.read()...)
+		}
+	}
+	p50 := map[string]time.Duration{}
+	for i, p := range paths {
+		p50[p.name+"-write"] = reportP50(b, p.name+"-write", writes[i])
+		if len(reads[i]) > 0 {
+			p50[p.name+"-read"] = reportP50(b, p.name+"-read", reads[i])
+		}
+	}
+	ratio := func(name, of, base string) {
+		b.ReportMetric(float64(p50[of])/float64(p50[base]), name)
+	}
+	for _, op := range []string{"write", "read"} {
+		ratio("envd-http-"+op+"/native", "envd-http-"+op, "native-"+op)
+		ratio("envd-sdk-"+op+"/native-node", "envd-sdk-"+op, "native-node-"+op)
+	}
+	ratio("envd-http-multipart-write/native", "envd-http-multipart-write", "native-write")
+	b.ReportMetric(0, "ns/op")
+}
+
+// multipartFile is a form carrying data as the part "file", as the SDK's
+// files.write sends it.
+func multipartFile(b *testing.B, data []byte) ([]byte, string) {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	w, err := mw.CreateFormFile("file", "blob")
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.Write(data)
+	mw.Close()
+	return buf.Bytes(), mw.FormDataContentType()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/filesystem/filesystemconnect"
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/process"
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/process/processconnect"
+	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/resume"
@@ -58,6 +59,7 @@ type agent struct {
 	resume  *resume.Manager
 	envd    *envdapi.Server
 	counter *traffic.Counter
+	files   *files.Manager
 	pc      processconnect.ProcessClient
 	fs      filesystemconnect.FilesystemClient
 }
@@ -86,6 +88,10 @@ func newAgent(t testing.TB, o agentOptions) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fileMgr, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	counter := traffic.NewCounter()
 	token := nativeToken
 	if o.noToken {
@@ -98,10 +104,10 @@ func newAgent(t testing.TB, o agentOptions) *agent {
 		t.Fatal(err)
 	}
 	srv := endpoint.New(endpoint.Config{Version: "test", Auth: auth, Streams: streams, Traffic: counter,
-		Procs: procs, PTYs: ptys, Watches: watches, Resume: resumer, Defaults: defaults,
+		Procs: procs, PTYs: ptys, Watches: watches, Files: fileMgr, Resume: resumer, Defaults: defaults,
 		SetClock: func(time.Time) error { return nil }})
 	envd := envdapi.New(envdapi.Config{Auth: auth, Streams: streams, Procs: procs, PTYs: ptys, Watches: watches,
-		Users: defaults, Traffic: counter, Generation: resumer.Generation, Open: o.open})
+		Users: defaults, Files: fileMgr, Traffic: counter, Generation: resumer.Generation, Open: o.open})
 	envd.Mount(srv)
 	cuts = surfaces{srv, envd}
 	hs := httptest.NewUnstartedServer(srv.Handler())
@@ -124,13 +130,14 @@ func newAgent(t testing.TB, o agentOptions) *agent {
 		defer cancel()
 		srv.Shutdown(ctx)
 		hs.Close()
+		fileMgr.Close()
 		ptys.Close()
 		watches.Close()
 		procs.Close()
 		streams.Close()
 	})
 	return &agent{
-		url: hs.URL, srv: srv, streams: streams, procs: procs, resume: resumer, envd: envd, counter: counter,
+		url: hs.URL, srv: srv, streams: streams, procs: procs, resume: resumer, envd: envd, counter: counter, files: fileMgr,
 		pc: processconnect.NewProcessClient(httpClient, hs.URL, sdkLike...),
 		fs: filesystemconnect.NewFilesystemClient(httpClient, hs.URL, sdkLike...),
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/filesystem/filesystemconnect"
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/process/processconnect"
+	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/stream"
@@ -37,6 +38,16 @@ type (
 	Users interface {
 		User(name string) (user, home string, err error)
 	}
+	// Files runs file operations as users; files.Manager implements it.
+	Files interface {
+		StatWith(user, path string, o files.InfoOptions) (files.Info, error)
+		ListWith(user, path string, depth int, o files.InfoOptions) ([]files.Info, error)
+		MakeDir(user, path string, parents bool) error
+		MoveWith(user, from, to string, o files.MoveOptions) error
+		Remove(user, path string, recursive bool) error
+		Open(user, path string) (*files.File, error)
+		Create(user, path string, o files.WriteOptions) (*files.Writer, error)
+	}
 )
 
 // Config is what the API needs. Logger, Traffic and Generation may be
@@ -49,6 +60,7 @@ type Config struct {
 	PTYs    PTYs
 	Watches Watches
 	Users   Users
+	Files   Files
 	Traffic *traffic.Counter
 	// Generation returns the current resume generation.
 	Generation func() uint64

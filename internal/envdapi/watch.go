@@ -9,18 +9,10 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/filesystem"
-	"github.com/rayito/rayito-agent/internal/envdapi/gen/filesystem/filesystemconnect"
+	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/watch"
 )
-
-// filesystemService is filesystem.Filesystem. WatchDir runs on the watch
-// manager; the other methods answer unimplemented until the file manager
-// serves them.
-type filesystemService struct {
-	filesystemconnect.UnimplementedFilesystemHandler
-	s *Server
-}
 
 // eventTypes maps the native protocol's fs event ops to envd's types.
 var eventTypes = map[string]filesystem.EventType{
@@ -45,6 +37,10 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	if err != nil {
 		return err
 	}
+	user, err := requestUser(req.Header())
+	if err != nil {
+		return err
+	}
 	st, err := s.cfg.Watches.Watch(path, req.Msg.GetRecursive())
 	if err != nil {
 		return connectError(err)
@@ -62,6 +58,7 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 		return err
 	}
 	keepalive := keepaliveInterval(req.Header())
+	events := translator{dir: path}
 	for {
 		item, err := nextItem(ctx, att, nil, keepalive)
 		switch {
@@ -77,12 +74,17 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 		}
 		switch item.Kind {
 		case stream.ItemEvent:
-			ev, err := translateEvent(path, item.Data)
+			evs, err := events.translate(item.Data)
 			if err != nil {
 				return err
 			}
-			if err := out.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
-				return err
+			for _, ev := range evs {
+				if req.Msg.GetIncludeEntry() {
+					ev.Entry = s.eventEntry(user, path, ev.GetName())
+				}
+				if err := out.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
+					return err
+				}
 			}
 			att.Ack(map[string]uint64{item.Channel: att.Sent()[item.Channel]})
 		case stream.ItemGap:
@@ -96,26 +98,64 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	}
 }
 
-// translateEvent turns a native fs event into envd's, named relative to
-// the watched directory. An overflow (events lost in the kernel or the
+// translator turns native fs events into envd's, named relative to the
+// watched directory. The file manager writes a file atomically: a
+// temporary file next to it, renamed over it. envd writes in place, and
+// its clients wait for a write of the file; so the temporary file's own
+// events are left out, and the create its rename gives the target is
+// followed by a write. An overflow (events lost in the kernel or the
 // buffer) has no envd event and ends the watch with data_loss.
-func translateEvent(dir string, raw []byte) (*filesystem.FilesystemEvent, error) {
+type translator struct {
+	dir string
+	// committed is the directory in which the previous event renamed a
+	// temporary file: the next event is that rename's create.
+	committed string
+}
+
+func (t *translator) translate(raw []byte) ([]*filesystem.FilesystemEvent, error) {
 	var e fsEvent
 	if err := json.Unmarshal(raw, &e); err != nil {
 		return nil, errorf(connect.CodeInternal, "undecodable watch event: %v", err)
 	}
 	if e.Op == watch.OpOverflow.String() {
-		return nil, errLostEvents(dir)
+		return nil, errLostEvents(t.dir)
 	}
 	typ, ok := eventTypes[e.Op]
 	if !ok {
 		return nil, errorf(connect.CodeInternal, "watch event with unknown op %q", e.Op)
 	}
-	name, err := filepath.Rel(dir, e.Path)
+	committed := t.committed
+	t.committed = ""
+	if files.IsTemp(e.Path) {
+		if typ == filesystem.EventType_EVENT_TYPE_RENAME {
+			t.committed = filepath.Dir(e.Path)
+		}
+		return nil, nil
+	}
+	name, err := filepath.Rel(t.dir, e.Path)
 	if err != nil {
 		name = e.Path
 	}
-	return &filesystem.FilesystemEvent{Name: name, Type: typ}, nil
+	out := []*filesystem.FilesystemEvent{{Name: name, Type: typ}}
+	if typ == filesystem.EventType_EVENT_TYPE_CREATE && committed == filepath.Dir(e.Path) {
+		out = append(out, &filesystem.FilesystemEvent{Name: name, Type: filesystem.EventType_EVENT_TYPE_WRITE})
+	}
+	return out, nil
+}
+
+// eventEntry describes the entry an event names, in the watched dir, as
+// it is when the event is sent and as the request's user sees it; nil
+// when nothing is there any more (a remove, a rename away) or the user
+// may not look.
+func (s *Server) eventEntry(user, dir, name string) *filesystem.EntryInfo {
+	if !filepath.IsAbs(name) {
+		name = filepath.Join(dir, name)
+	}
+	info, err := s.cfg.Files.StatWith(user, name, withMetadata)
+	if err != nil {
+		return nil
+	}
+	return entryInfo(info)
 }
 
 func errLostEvents(dir string) error {

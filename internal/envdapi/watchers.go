@@ -45,6 +45,7 @@ func (f *filesystemService) GetWatcherEvents(ctx context.Context, req *connect.R
 	now, cancel := context.WithCancel(ctx)
 	cancel()
 	resp := &filesystem.GetWatcherEventsResponse{}
+	events := translator{dir: dir}
 	for {
 		item, err := att.Next(now, nil, 0)
 		if err != nil {
@@ -52,11 +53,11 @@ func (f *filesystemService) GetWatcherEvents(ctx context.Context, req *connect.R
 		}
 		switch item.Kind {
 		case stream.ItemEvent:
-			ev, err := translateEvent(dir, item.Data)
+			evs, err := events.translate(item.Data)
 			if err != nil {
 				return nil, err
 			}
-			resp.Events = append(resp.Events, ev)
+			resp.Events = append(resp.Events, evs...)
 			continue
 		case stream.ItemGap:
 			return nil, errLostEvents(dir)

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"testing"
 )
 
@@ -78,6 +79,44 @@ func BenchmarkIdentitySwitch(b *testing.B) {
 				b.Fatal("identity not restored")
 			}
 			runtime.UnlockOSThread()
+		}
+	})
+}
+
+// BenchmarkList lists a directory of 1000 files as the agent's own user,
+// with and without metadata (a listxattr an entry); readdir alone
+// (os.ReadDir and each entry's lstat) is the baseline.
+func BenchmarkList(b *testing.B) {
+	m, _ := newManager(b)
+	dir := b.TempDir()
+	for i := range 1000 {
+		writeFile(b, filepath.Join(dir, "f"+strconv.Itoa(i)), "x")
+	}
+	b.Run("readdir", func(b *testing.B) {
+		for range b.N {
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, e := range entries {
+				if _, err := e.Info(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("list", func(b *testing.B) {
+		for range b.N {
+			if _, err := m.List("", dir, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("list+metadata", func(b *testing.B) {
+		for range b.N {
+			if _, err := m.ListWith("", dir, 1, InfoOptions{Metadata: true}); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }

@@ -43,6 +43,15 @@ type Info struct {
 	Owner, Group  string // names, or the numbers when no account has them
 	ModTime       time.Time
 	SymlinkTarget string
+	// Metadata is what a Writer stored with the file (WriteOptions), or
+	// anything else set as a user.e2b.* extended attribute; nil if none,
+	// or if the call did not ask for it (InfoOptions).
+	Metadata map[string]string
+	// Resolved is, for a symlink, what it leads to once every link on the
+	// way is followed, with an absolute Path; nil for other entries and
+	// for a link that leads nowhere the user can reach (dangling, a loop,
+	// a directory the user cannot search).
+	Resolved *Info
 }
 
 // Perm returns the permission bits with setuid, setgid and sticky, as a
@@ -91,7 +100,7 @@ func (i Info) Permissions() string {
 
 // infoOf builds the Info of path from its lstat result. It reads a
 // symlink's target, so it runs as the user like the lstat did.
-func (m *Manager) infoOf(path string, st fs.FileInfo) Info {
+func (m *Manager) infoOf(path string, st fs.FileInfo, o InfoOptions) Info {
 	info := Info{Name: filepath.Base(path), Path: path, Size: st.Size(), Mode: st.Mode(), ModTime: st.ModTime()}
 	switch {
 	case st.Mode().IsRegular():
@@ -101,8 +110,12 @@ func (m *Manager) infoOf(path string, st fs.FileInfo) Info {
 	case st.Mode()&fs.ModeSymlink != 0:
 		info.Type = TypeSymlink
 		info.SymlinkTarget, _ = os.Readlink(path)
+		info.Resolved = m.resolved(path)
 	default:
 		info.Type = TypeOther
+	}
+	if o.Metadata && info.Type != TypeSymlink {
+		info.Metadata = readMetadata(path)
 	}
 	if sys := statT(st); sys != nil {
 		info.UID, info.GID = sys.Uid, sys.Gid
@@ -110,11 +123,29 @@ func (m *Manager) infoOf(path string, st fs.FileInfo) Info {
 	return info
 }
 
+// resolved describes what the symlink at path leads to, nil if nothing.
+// The real path has no symlinks left, so its Info has no Resolved.
+func (m *Manager) resolved(path string) *Info {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil
+	}
+	st, err := os.Lstat(real)
+	if err != nil {
+		return nil
+	}
+	info := m.infoOf(real, st, InfoOptions{})
+	return &info
+}
+
 // named fills in the owner and group names (outside the user's thread:
 // they need no permission, and the lookups are cached).
 func (m *Manager) named(info *Info) {
 	info.Owner = m.accounts.owner(info.UID)
 	info.Group = m.accounts.group(info.GID)
+	if info.Resolved != nil {
+		m.named(info.Resolved)
+	}
 }
 
 func statT(st fs.FileInfo) *syscall.Stat_t {

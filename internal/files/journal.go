@@ -37,6 +37,11 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// IsTemp reports whether path names one of the temporary files the
+// Writer (and a move across filesystems) makes next to its target: a
+// watch sees their events around every write.
+func IsTemp(path string) bool { return isTempName(filepath.Base(path)) }
+
 func isTempName(name string) bool {
 	return strings.HasPrefix(name, ".") && strings.Contains(name, tempMark) && strings.HasSuffix(name, tempSuffix)
 }

@@ -138,6 +138,18 @@ func (u User) abs(op, path string) (string, error) {
 
 // Stat describes the entry at path; a symlink is described itself.
 func (m *Manager) Stat(userName, path string) (Info, error) {
+	return m.StatWith(userName, path, InfoOptions{})
+}
+
+// InfoOptions say what Infos carry beyond what the inode says.
+type InfoOptions struct {
+	// Metadata reads Info.Metadata: a system call more an entry, so
+	// callers that show no metadata leave it out.
+	Metadata bool
+}
+
+// StatWith is Stat with options.
+func (m *Manager) StatWith(userName, path string, o InfoOptions) (Info, error) {
 	u, p, err := m.resolve("stat", userName, path)
 	if err != nil {
 		return Info{}, err
@@ -148,7 +160,7 @@ func (m *Manager) Stat(userName, path string) (Info, error) {
 		if err != nil {
 			return newErr("stat", p, nil, err)
 		}
-		info = m.infoOf(p, st)
+		info = m.infoOf(p, st, o)
 		return nil
 	})
 	if err != nil {
@@ -164,6 +176,11 @@ func (m *Manager) Stat(userName, path string) (Info, error) {
 // reported, never followed. A subdirectory the user cannot read is listed
 // without its entries.
 func (m *Manager) List(userName, path string, depth int) ([]Info, error) {
+	return m.ListWith(userName, path, depth, InfoOptions{})
+}
+
+// ListWith is List with options.
+func (m *Manager) ListWith(userName, path string, depth int, o InfoOptions) ([]Info, error) {
 	u, p, err := m.resolve("list", userName, path)
 	if err != nil {
 		return nil, err
@@ -183,7 +200,7 @@ func (m *Manager) List(userName, path string, depth int) ([]Info, error) {
 		if !st.IsDir() {
 			return newErr("list", p, ErrNotDir, nil)
 		}
-		return m.walk(p, depth, true, &out)
+		return m.walk(p, depth, true, o, &out)
 	})
 	if err != nil {
 		return nil, err
@@ -194,7 +211,7 @@ func (m *Manager) List(userName, path string, depth int) ([]Info, error) {
 	return out, nil
 }
 
-func (m *Manager) walk(dir string, depth int, top bool, out *[]Info) error {
+func (m *Manager) walk(dir string, depth int, top bool, o InfoOptions, out *[]Info) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if top {
@@ -211,9 +228,9 @@ func (m *Manager) walk(dir string, depth int, top bool, out *[]Info) error {
 		if len(*out) >= MaxEntries {
 			return newErr("list", dir, ErrTooMany, errTooMany)
 		}
-		*out = append(*out, m.infoOf(p, st))
+		*out = append(*out, m.infoOf(p, st, o))
 		if depth > 1 && st.IsDir() {
-			if err := m.walk(p, depth-1, false, out); err != nil {
+			if err := m.walk(p, depth-1, false, o, out); err != nil {
 				return err
 			}
 		}

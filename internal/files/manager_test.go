@@ -305,3 +305,55 @@ func TestChmodChown(t *testing.T) {
 	openDir(t, root)
 	wantKind(t, m.Chown("nobody", f, "root", ""), ErrPermission)
 }
+
+// TestStatResolved: a symlink's Info says where it leads once every link
+// is followed, and nothing for a link that leads nowhere.
+func TestStatResolved(t *testing.T) {
+	t.Parallel()
+	m, _ := newManager(t)
+	root := t.TempDir()
+	os.Mkdir(filepath.Join(root, "dir"), 0o750)
+	writeFile(t, filepath.Join(root, "dir/f"), "12345")
+	os.Chmod(filepath.Join(root, "dir/f"), 0o640)
+	os.Symlink("dir/f", filepath.Join(root, "tofile"))
+	os.Symlink("tofile", filepath.Join(root, "chain"))
+	os.Symlink(filepath.Join(root, "dir"), filepath.Join(root, "todir"))
+	os.Symlink("nowhere", filepath.Join(root, "dangling"))
+	os.Symlink("loop", filepath.Join(root, "loop"))
+	for link, want := range map[string]struct {
+		path string
+		typ  Type
+		perm uint32
+	}{
+		"tofile": {filepath.Join(root, "dir/f"), TypeFile, 0o640},
+		"chain":  {filepath.Join(root, "dir/f"), TypeFile, 0o640},
+		"todir":  {filepath.Join(root, "dir"), TypeDir, 0o750},
+	} {
+		info, err := m.Stat("", filepath.Join(root, link))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := info.Resolved
+		if info.Type != TypeSymlink || r == nil || r.Path != want.path || r.Type != want.typ || r.Perm() != want.perm || r.Owner != "root" {
+			t.Fatalf("%s: %+v resolved to %+v, want %+v", link, info, r, want)
+		}
+	}
+	for _, link := range []string{"dangling", "loop"} {
+		info, err := m.Stat("", filepath.Join(root, link))
+		if err != nil || info.Type != TypeSymlink || info.Resolved != nil {
+			t.Fatalf("%s: %+v, %v", link, info, err)
+		}
+	}
+	list, err := m.List("", root, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list {
+		if (e.Type == TypeSymlink && e.Name != "dangling" && e.Name != "loop") != (e.Resolved != nil) {
+			t.Fatalf("listed %s: resolved %+v", e.Name, e.Resolved)
+		}
+	}
+	if f, _ := m.Stat("", filepath.Join(root, "dir/f")); f.Resolved != nil {
+		t.Fatal("a file has a Resolved")
+	}
+}

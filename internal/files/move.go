@@ -17,6 +17,19 @@ import (
 // directory) is copied next to to, renamed into place, and only then is
 // from removed: a failure leaves from as it was and nothing at to.
 func (m *Manager) Move(userName, from, to string) error {
+	return m.MoveWith(userName, from, to, MoveOptions{})
+}
+
+// MoveOptions say how MoveWith moves.
+type MoveOptions struct {
+	// Parents creates the missing parent directories of the target
+	// (0o777 less the umask, owned by the user), once the source is
+	// known to exist.
+	Parents bool
+}
+
+// MoveWith is Move with options.
+func (m *Manager) MoveWith(userName, from, to string, o MoveOptions) error {
 	u, err := m.User(userName)
 	if err != nil {
 		return err
@@ -31,6 +44,14 @@ func (m *Manager) Move(userName, from, to string) error {
 	}
 	across := false
 	err = m.as(u, func() error {
+		if o.Parents {
+			if _, err := os.Lstat(src); err != nil {
+				return newErr("move", src, nil, err)
+			}
+			if err := os.MkdirAll(filepath.Dir(dst), 0o777); err != nil {
+				return newErr("move", dst, nil, err)
+			}
+		}
 		err := os.Rename(src, dst)
 		switch {
 		case err == nil:
@@ -86,8 +107,8 @@ func (m *Manager) moveAcross(u User, src, dst, tmp string) error {
 // creating them would change its time.
 func (m *Manager) copyTree(u User, src, dst string) error {
 	type dir struct {
-		path string
-		st   fs.FileInfo
+		src, path string
+		st        fs.FileInfo
 	}
 	var dirs []dir
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
@@ -102,7 +123,7 @@ func (m *Manager) copyTree(u User, src, dst string) error {
 		}
 		switch {
 		case st.IsDir():
-			dirs = append(dirs, dir{target, st})
+			dirs = append(dirs, dir{p, target, st})
 			return os.Mkdir(target, 0o700)
 		case st.Mode().IsRegular():
 			if err := copyFile(p, target); err != nil {
@@ -119,21 +140,22 @@ func (m *Manager) copyTree(u User, src, dst string) error {
 		default:
 			return newErr("move", p, ErrUnsupported, errSpecialFile)
 		}
-		return m.copyAttrs(u, target, st)
+		return m.copyAttrs(u, p, target, st)
 	})
 	if err != nil {
 		return err
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := m.copyAttrs(u, dirs[i].path, dirs[i].st); err != nil {
+		if err := m.copyAttrs(u, dirs[i].src, dirs[i].path, dirs[i].st); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// copyAttrs gives target the owner (as root), mode and times of st.
-func (m *Manager) copyAttrs(u User, target string, st fs.FileInfo) error {
+// copyAttrs gives target the owner (as root), mode, times and metadata of
+// src, whose lstat is st.
+func (m *Manager) copyAttrs(u User, src, target string, st fs.FileInfo) error {
 	if sys := statT(st); u.UID == 0 && sys != nil {
 		if err := os.Lchown(target, int(sys.Uid), int(sys.Gid)); err != nil {
 			return err
@@ -141,6 +163,11 @@ func (m *Manager) copyAttrs(u User, target string, st fs.FileInfo) error {
 	}
 	if st.Mode()&fs.ModeSymlink != 0 {
 		return nil
+	}
+	for k, v := range readMetadata(src) {
+		if err := unix.Lsetxattr(target, metadataPrefix+k, []byte(v), 0); err != nil {
+			return xattrErr("move", target, err)
+		}
 	}
 	if err := unix.Fchmodat(unix.AT_FDCWD, target, modeBits(st.Mode()), 0); err != nil {
 		return err

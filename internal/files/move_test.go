@@ -101,3 +101,35 @@ func TestMoveAcrossFailsCleanly(t *testing.T) {
 		t.Fatalf("temporary files left: %v", left)
 	}
 }
+
+// TestMoveParents: with Parents the target's missing directories are
+// made, owned by the user; a missing source makes none.
+func TestMoveParents(t *testing.T) {
+	t.Parallel()
+	needRoot(t)
+	m, _ := newManager(t)
+	root := t.TempDir()
+	openDir(t, root)
+	writeFile(t, filepath.Join(root, "a"), "A")
+	os.Chown(filepath.Join(root, "a"), 65534, 65534)
+	to := filepath.Join(root, "new/deeper/a")
+	if err := m.MoveWith("nobody", filepath.Join(root, "a"), to, MoveOptions{Parents: true}); err != nil {
+		t.Fatal(err)
+	}
+	if readFile(t, to) != "A" {
+		t.Fatal("content not moved")
+	}
+	st, err := os.Stat(filepath.Join(root, "new/deeper"))
+	if err != nil || statT(st).Uid != 65534 {
+		t.Fatalf("parent made: %v, %v", st, err)
+	}
+	wantKind(t, m.MoveWith("nobody", filepath.Join(root, "gone"), filepath.Join(root, "other/x"), MoveOptions{Parents: true}), ErrNotFound)
+	if _, err := os.Lstat(filepath.Join(root, "other")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a missing source made the target's parent: %v", err)
+	}
+	writeFile(t, filepath.Join(root, "file"), "")
+	wantKind(t, m.MoveWith("", to, filepath.Join(root, "file/x/a"), MoveOptions{Parents: true}), ErrNotDir)
+	if readFile(t, to) != "A" {
+		t.Fatal("a failed move changed the source")
+	}
+}

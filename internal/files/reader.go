@@ -1,7 +1,11 @@
 package files
 
 import (
+	"io"
+	"mime"
+	"net/http"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -59,7 +63,7 @@ func (m *Manager) Open(userName, path string) (*File, error) {
 			osf.Close()
 			return newErr("read", p, nil, err)
 		}
-		f = &File{File: osf, Info: m.infoOf(p, fi), Sized: true}
+		f = &File{File: osf, Info: m.infoOf(p, fi, InfoOptions{}), Sized: true}
 		if fi.Size() == 0 {
 			var sfs unix.Statfs_t
 			f.Sized = unix.Fstatfs(fd, &sfs) != nil || !virtualFS(sfs.Type)
@@ -81,4 +85,25 @@ func regular(p string, dir, reg bool) error {
 		return newErr("read", p, ErrNotRegular, nil)
 	}
 	return nil
+}
+
+// Serve answers an HTTP GET or HEAD with the file: its bytes with their
+// length (Range and conditional requests as net/http serves them), typed
+// by its name's extension, application/octet-stream when that says
+// nothing. A virtual file has no size to promise: it is read to its end.
+func (f *File) Serve(w http.ResponseWriter, r *http.Request) {
+	ctype := mime.TypeByExtension(filepath.Ext(f.Info.Name))
+	if ctype == "" {
+		ctype = "application/octet-stream"
+	}
+	w.Header().Set("Content-Type", ctype)
+	if f.Sized {
+		// The bare *os.File, so that the copy can use sendfile(2).
+		http.ServeContent(w, r, f.Info.Name, f.Info.ModTime, f.File)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		io.Copy(w, f.File)
+	}
 }

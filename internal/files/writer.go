@@ -28,6 +28,11 @@ type WriteOptions struct {
 	// Exclusive fails with ErrExists when the path exists, at Create or,
 	// if it appeared meanwhile, at Commit.
 	Exclusive bool
+	// Metadata is stored with the new content (see Info.Metadata); the
+	// replaced file's goes with it. Keys are at most 246 bytes, values
+	// 64 KiB. A filesystem without user extended attributes refuses it
+	// with ErrUnsupported.
+	Metadata map[string]string
 }
 
 // Committed is a file a Writer put in place.
@@ -64,7 +69,8 @@ type Writer struct {
 // ErrExists (Exclusive), ErrNotFound (no parent directory without
 // Parents), ErrNotDir (a file is in the way of a parent), ErrPermission,
 // ErrUnsupported (a virtual filesystem such as /proc or /sys, whose files
-// cannot be replaced), ErrNoSpace.
+// cannot be replaced; Metadata where extended attributes are not kept),
+// ErrInvalid (a mode or metadata out of bounds), ErrNoSpace.
 func (m *Manager) Create(userName, path string, o WriteOptions) (*Writer, error) {
 	u, p, err := m.resolve("write", userName, path)
 	if err != nil {
@@ -72,6 +78,9 @@ func (m *Manager) Create(userName, path string, o WriteOptions) (*Writer, error)
 	}
 	if o.Mode > 0o7777 {
 		return nil, newErr("write", p, ErrInvalid, errMode)
+	}
+	if err := checkMetadata(p, o.Metadata); err != nil {
+		return nil, err
 	}
 	w := &Writer{m: m, u: u, path: p, opts: o, hash: sha256.New()}
 	if err := m.as(u, w.prepare); err != nil {
@@ -145,6 +154,11 @@ func (w *Writer) createTemp() error {
 		return newErr("write", w.path, nil, err)
 	}
 	w.f = f
+	if err := setMetadata(int(f.Fd()), w.path, w.opts.Metadata); err != nil {
+		f.Close()
+		os.Remove(w.tmp)
+		return err
+	}
 	if w.opts.Append && w.existed {
 		old, err := os.Open(w.path)
 		if err == nil {
@@ -209,12 +223,15 @@ func writeHashing(f io.Writer, h hash.Hash, p []byte) (int, error) {
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
 // ReadFrom writes everything r yields; it makes io.Copy use big reads.
+// Each buffer is filled before it is written: readers such as a multipart
+// part yield a few KiB a read, and a write costs per call (a system call,
+// and hashing that runs aside only for large ones).
 func (w *Writer) ReadFrom(r io.Reader) (int64, error) {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	var total int64
 	for {
-		n, err := r.Read(*bp)
+		n, err := fill(r, *bp)
 		if n > 0 {
 			k, werr := w.Write((*bp)[:n])
 			total += int64(k)
@@ -229,6 +246,18 @@ func (w *Writer) ReadFrom(r io.Reader) (int64, error) {
 			return total, err
 		}
 	}
+}
+
+// fill reads into p until it is full or r fails; err is r's, io.EOF at
+// its end. (io.ReadFull would turn the end into io.ErrUnexpectedEOF, which
+// cannot be told from a reader's own, such as a truncated gzip stream's.)
+func fill(r io.Reader, p []byte) (n int, err error) {
+	for n < len(p) && err == nil {
+		var k int
+		k, err = r.Read(p[n:])
+		n += k
+	}
+	return n, err
 }
 
 func (w *Writer) usable() error {

@@ -31,6 +31,9 @@ func TestWriterIsAtomic(t *testing.T) {
 			if len(temps(t, root)) != 1 {
 				t.Fatalf("no temporary file next to the target: %v", temps(t, root))
 			}
+			if tmp := filepath.Join(root, temps(t, root)[0]); !IsTemp(tmp) || IsTemp(p) || IsTemp(root+"/.f.tmp") {
+				t.Fatalf("IsTemp: wrong about %s or %s", tmp, p)
+			}
 			c, err := w.Commit()
 			if err != nil {
 				t.Fatal(err)
@@ -266,4 +269,43 @@ func TestJournalCleansUp(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Join(state, "files-temp")); len(entries) != 0 {
 		t.Fatalf("journal not emptied: %v", entries)
 	}
+}
+
+// dribble yields its data a few bytes a read, then its error.
+type dribble struct {
+	data []byte
+	err  error
+}
+
+func (d *dribble) Read(p []byte) (int, error) {
+	if len(d.data) == 0 {
+		return 0, d.err
+	}
+	n := copy(p[:min(len(p), 3)], d.data)
+	d.data = d.data[n:]
+	return n, nil
+}
+
+// ReadFrom takes a reader that yields little at a time whole, and tells
+// its end from its failure (even one named io.ErrUnexpectedEOF).
+func TestWriterReadFrom(t *testing.T) {
+	t.Parallel()
+	m, _ := newManager(t)
+	p := filepath.Join(t.TempDir(), "f")
+	content := strings.Repeat("0123456789", 100000)
+	w, err := m.Create("", p, WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := w.ReadFrom(&dribble{data: []byte(content), err: io.EOF}); err != nil || n != int64(len(content)) {
+		t.Fatalf("ReadFrom: %d, %v", n, err)
+	}
+	if _, err := w.Commit(); err != nil || readFile(t, p) != content {
+		t.Fatalf("commit: %v", err)
+	}
+	w, _ = m.Create("", p, WriteOptions{})
+	if _, err := w.ReadFrom(&dribble{data: []byte("abc"), err: io.ErrUnexpectedEOF}); err != io.ErrUnexpectedEOF {
+		t.Fatalf("a failing reader: %v", err)
+	}
+	w.Abort()
 }

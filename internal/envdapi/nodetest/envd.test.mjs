@@ -3,7 +3,8 @@
 // and passes their addresses in the environment.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox, CommandExitError, AuthenticationError, FilesystemEventType } from 'e2b'
+import { createHash, randomBytes } from 'node:crypto'
+import { Sandbox, CommandExitError, AuthenticationError, FileNotFoundError, FilesystemEventType, InvalidArgumentError } from 'e2b'
 
 const openURL = process.env.RAYITO_OPEN_URL // --envd-open, debug mode
 const securedURL = process.env.RAYITO_SECURED_URL // token required
@@ -99,6 +100,120 @@ test('pty: create, sendInput, resize, kill', async () => {
   await assert.rejects(t.wait(), (e) => e instanceof CommandExitError && e.error === 'signal: killed')
 })
 
+test('files: write and read text, overwrite, relative paths', async () => {
+  const p = `${tmp}/files/deep/er/hello.txt`
+  const info = await sbx.files.write(p, 'hello')
+  assert.deepEqual(info, { name: 'hello.txt', path: p, type: 'file', metadata: undefined })
+  assert.equal(await sbx.files.read(p), 'hello')
+  await sbx.files.write(p, 'hello again', { useOctetStream: true })
+  assert.equal(await sbx.files.read(p), 'hello again')
+  await sbx.files.write(p, 'zipped', { gzip: true })
+  assert.equal(await sbx.files.read(p), 'zipped')
+  await sbx.files.write(p, '')
+  assert.equal(await sbx.files.read(p), '')
+  // Relative to the user's home.
+  const home = (await sbx.commands.run('echo $HOME', { user: 'root' })).stdout.trim()
+  const rel = `rayito-envd-node-${process.pid}.txt`
+  const relInfo = await sbx.files.write(rel, 'at home', { user: 'root' })
+  assert.equal(relInfo.path, `${home}/${rel}`)
+  assert.equal(await sbx.files.read(rel, { user: 'root' }), 'at home')
+  await sbx.files.remove(rel, { user: 'root' })
+  await assert.rejects(sbx.files.read(`${tmp}/files/missing`), (e) => e instanceof FileNotFoundError)
+  await assert.rejects(sbx.files.read(`${tmp}/files`), (e) => e instanceof InvalidArgumentError)
+})
+
+test('files: 10 MB of binary, whole', async () => {
+  const data = randomBytes(10 << 20)
+  const sum = createHash('sha256').update(data).digest('hex')
+  const p = `${tmp}/files/blob.bin`
+  await sbx.files.write(p, data.buffer.slice(data.byteOffset, data.byteOffset + data.length))
+  const onDisk = (await sbx.commands.run(`sha256sum ${p}`)).stdout.split(' ')[0]
+  assert.equal(onDisk, sum)
+  const back = await sbx.files.read(p, { format: 'bytes' })
+  assert.equal(back.length, data.length)
+  assert.equal(createHash('sha256').update(back).digest('hex'), sum)
+})
+
+test('files: multi-file write', async () => {
+  const a = `${tmp}/files/multi/a.txt`
+  const b = `${tmp}/files/multi/sub/b.txt`
+  const infos = await sbx.files.write([{ path: a, data: 'A' }, { path: b, data: new Blob(['B']) }])
+  assert.deepEqual(infos.map((i) => [i.name, i.path, i.type]), [['a.txt', a, 'file'], ['b.txt', b, 'file']])
+  assert.equal(await sbx.files.read(a), 'A')
+  assert.equal(await sbx.files.read(b), 'B')
+})
+
+test('files: list, exists, getInfo, makeDir, rename, remove', async () => {
+  const d = `${tmp}/files/ops`
+  assert.equal(await sbx.files.makeDir(`${d}/sub`), true)
+  assert.equal(await sbx.files.makeDir(`${d}/sub`), false)
+  await sbx.files.write(`${d}/a.txt`, 'abc')
+  await sbx.files.write(`${d}/sub/b.txt`, 'b')
+  await sbx.commands.run(`ln -s a.txt ${d}/link`)
+
+  const names = (await sbx.files.list(d)).map((e) => [e.name, e.type])
+  assert.deepEqual(names, [['a.txt', 'file'], ['link', 'symlink'], ['sub', 'dir']])
+  const deep = (await sbx.files.list(d, { depth: 2 })).map((e) => e.path)
+  assert.deepEqual(deep, [`${d}/a.txt`, `${d}/link`, `${d}/sub`, `${d}/sub/b.txt`])
+  await assert.rejects(sbx.files.list(`${d}/missing`), (e) => e instanceof FileNotFoundError)
+
+  assert.equal(await sbx.files.exists(`${d}/a.txt`), true)
+  assert.equal(await sbx.files.exists(`${d}/nope`), false)
+
+  const info = await sbx.files.getInfo(`${d}/a.txt`)
+  assert.equal(info.name, 'a.txt')
+  assert.equal(info.type, 'file')
+  assert.equal(info.path, `${d}/a.txt`)
+  assert.equal(info.size, 3)
+  assert.equal(info.permissions, '-rw-r--r--')
+  assert.equal(info.mode, 0o644)
+  assert.equal(info.owner, 'root')
+  assert.ok(info.modifiedTime instanceof Date && Math.abs(info.modifiedTime - Date.now()) < 600000, `${info.modifiedTime}`)
+  const link = await sbx.files.getInfo(`${d}/link`)
+  assert.deepEqual([link.type, link.symlinkTarget], ['symlink', `${d}/a.txt`])
+  assert.equal((await sbx.files.getInfo(d)).type, 'dir')
+  await assert.rejects(sbx.files.getInfo(`${d}/nope`), (e) => e instanceof FileNotFoundError)
+
+  const moved = await sbx.files.rename(`${d}/a.txt`, `${d}/new/place/c.txt`)
+  assert.deepEqual([moved.name, moved.path, moved.type], ['c.txt', `${d}/new/place/c.txt`, 'file'])
+  assert.equal(await sbx.files.exists(`${d}/a.txt`), false)
+  assert.equal(await sbx.files.read(`${d}/new/place/c.txt`), 'abc')
+  await assert.rejects(sbx.files.rename(`${d}/a.txt`, `${d}/x`), (e) => e instanceof FileNotFoundError)
+
+  await sbx.files.remove(`${d}/sub`)
+  assert.equal(await sbx.files.exists(`${d}/sub`), false)
+  await sbx.files.remove(`${d}/sub`) // gone already: no error, as with envd
+})
+
+test('files: metadata', async () => {
+  const d = `${tmp}/files/meta`
+  const metadata = { author: 'mish', purpose: 'upload' }
+  const info = await sbx.files.write(`${d}/a.txt`, 'x', { metadata })
+  assert.deepEqual(info.metadata, metadata)
+  assert.deepEqual((await sbx.files.getInfo(`${d}/a.txt`)).metadata, metadata)
+  assert.deepEqual((await sbx.files.list(d))[0].metadata, metadata)
+  assert.deepEqual((await sbx.files.rename(`${d}/a.txt`, `${d}/b.txt`)).metadata, metadata)
+  const octet = await sbx.files.write(`${d}/c.txt`, 'x', { metadata, useOctetStream: true })
+  assert.deepEqual(octet.metadata, metadata)
+  const many = await sbx.files.write([{ path: `${d}/1`, data: '1' }, { path: `${d}/2`, data: '2' }], { metadata: { source: 'test' } })
+  assert.deepEqual(many.map((i) => i.metadata), [{ source: 'test' }, { source: 'test' }])
+  // A rewrite without metadata clears it.
+  assert.equal((await sbx.files.write(`${d}/b.txt`, 'y')).metadata, undefined)
+  assert.equal((await sbx.files.getInfo(`${d}/b.txt`)).metadata, undefined)
+})
+
+test('files: as another user', async () => {
+  const d = `${tmp}/files/theirs`
+  await sbx.commands.run(`mkdir -p ${d} && chmod 777 ${d} && chmod 755 ${tmp}/.. ${tmp} ${tmp}/files`)
+  const info = await sbx.files.write(`${d}/mine.txt`, 'x', { user: 'nobody' })
+  assert.equal((await sbx.files.getInfo(info.path)).owner, 'nobody')
+  assert.equal(await sbx.files.makeDir(`${d}/dir`, { user: 'nobody' }), true)
+  assert.equal((await sbx.files.getInfo(`${d}/dir`)).owner, 'nobody')
+  await sbx.files.write(`${d}/root-only`, 'secret')
+  await sbx.commands.run(`chmod 600 ${d}/root-only`)
+  await assert.rejects(sbx.files.read(`${d}/root-only`, { user: 'nobody' }), (e) => /403/.test(e.message))
+})
+
 test('watchDir events', async () => {
   const dir = `${tmp}/watched`
   await sbx.commands.run(`mkdir -p ${dir}`)
@@ -115,6 +230,26 @@ test('watchDir events', async () => {
   await w.stop()
 })
 
+test('watchDir: entries, and files.write seen as envd writes', async () => {
+  const dir = `${tmp}/watched-entries`
+  await sbx.files.makeDir(dir)
+  await sbx.files.write(`${dir}/old.txt`, 'old')
+  const events = []
+  const w = await sbx.files.watchDir(dir, (e) => events.push(e), { includeEntry: true })
+  // Waiting for a WRITE of the file, as E2B's own tests do.
+  await sbx.files.write(`${dir}/old.txt`, 'rewritten')
+  await sbx.files.write(`${dir}/new.txt`, 'brand new')
+  await waitFor(() => events.some((e) => e.type === FilesystemEventType.WRITE && e.name === 'new.txt'), 'the write of new.txt')
+  await sbx.files.remove(`${dir}/new.txt`)
+  await waitFor(() => events.some((e) => e.type === FilesystemEventType.REMOVE), 'the remove')
+  await w.stop()
+  assert.deepEqual(events.map((e) => `${e.type} ${e.name}`),
+    ['create old.txt', 'write old.txt', 'create new.txt', 'write new.txt', 'remove new.txt'])
+  const write = events.find((e) => e.type === FilesystemEventType.WRITE && e.name === 'new.txt')
+  assert.deepEqual([write.entry.name, write.entry.path, write.entry.type, write.entry.size], ['new.txt', `${dir}/new.txt`, 'file', 9])
+  assert.equal(events.at(-1).entry, undefined)
+})
+
 test('secured: the token from the API is sent; none is refused with 401', async () => {
   const sec = await Sandbox.create({ apiUrl: apiURL, apiKey: 'e2b_test', sandboxUrl: securedURL })
   assert.equal((await sec.commands.run('echo secured')).stdout, 'secured\n')
@@ -128,18 +263,33 @@ test('secured: the token from the API is sent; none is refused with 401', async 
   assert.equal(r.status, 401)
   assert.equal((await r.json()).code, 'unauthenticated')
 
-  // Signed URLs pass auth on /files; transfers themselves answer 501 until
-  // the file manager serves them. Unsigned or altered ones are refused.
-  const down = new URL(await sec.downloadUrl('/etc/hostname', { useSignatureExpiration: 600 }))
-  assert.equal((await fetch(down)).status, 501)
-  const up = await sec.uploadUrl('/tmp/upload', { user: 'root' })
-  assert.equal((await fetch(up, { method: 'POST', body: 'x' })).status, 501)
+  // Files through the token, and through signed URLs, which need none.
+  const f = `${tmp}/secured/file.txt`
+  await sec.files.write(f, 'signed content')
+  assert.equal(await sec.files.read(f), 'signed content')
+  await assert.rejects(anon.files.read(f), (e) => e instanceof AuthenticationError)
+  await assert.rejects(anon.files.write(f, 'never'), (e) => e instanceof AuthenticationError)
+
+  const down = new URL(await sec.downloadUrl(f, { useSignatureExpiration: 600 }))
+  let r2 = await fetch(down)
+  assert.equal(r2.status, 200)
+  assert.equal(await r2.text(), 'signed content')
+  const up = await sec.uploadUrl(`${tmp}/secured/uploaded.txt`, { user: 'root' })
+  const form = new FormData()
+  form.append('file', new Blob(['via a signed URL']), 'ignored-name')
+  r2 = await fetch(up, { method: 'POST', body: form })
+  assert.equal(r2.status, 200)
+  assert.deepEqual((await r2.json()).map((x) => x.path), [`${tmp}/secured/uploaded.txt`])
+  assert.equal(await sec.files.read(`${tmp}/secured/uploaded.txt`), 'via a signed URL')
+
+  // Unsigned, altered, or used for the other operation: refused.
   const unsigned = new URL(down)
   unsigned.searchParams.delete('signature')
   assert.equal((await fetch(unsigned)).status, 401)
   const moved = new URL(down)
   moved.searchParams.set('path', '/etc/shadow')
   assert.equal((await fetch(moved)).status, 401)
+  assert.equal((await fetch(down, { method: 'POST', body: form })).status, 401)
 })
 
 // Last: a resume cuts every stream of the open agent.
