@@ -80,6 +80,8 @@ func (s *Stream) Attach(from map[string]uint64, window int) (*Attachment, error)
 		l.ackLocked(a.acked[i])
 	}
 	s.attached++
+	s.atts = append(s.atts, a)
+	s.freeIfReadLocked()
 	s.notifyLocked()
 	return a, nil
 }
@@ -221,6 +223,36 @@ func (a *Attachment) Ack(cursors map[string]uint64) error {
 			s.logs[i].ackLocked(c)
 		}
 	}
+	s.freeIfReadLocked()
+	if s.budget.short() {
+		// Writers elsewhere wait for memory: what was just acknowledged
+		// need not wait for this stream's own writer to let it go.
+		s.trimAckedLocked()
+	}
+	s.notifyLocked()
+	return nil
+}
+
+// Acknowledge records cursors a client consumed of a stream it is no
+// longer attached to (the end came before its last ack): it lets the
+// stream's buffers go sooner. Cursors beyond a channel's end, or of
+// channels the stream does not have, are refused and change nothing.
+func (s *Stream) Acknowledge(cursors map[string]uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, c := range cursors {
+		i := s.logIndex(name)
+		if i < 0 {
+			return fmt.Errorf("%w %q", ErrUnknownChannel, name)
+		}
+		if c > s.logs[i].end {
+			return fmt.Errorf("%w: ack of %s at %d, end %d", ErrCursorAhead, name, c, s.logs[i].end)
+		}
+	}
+	for name, c := range cursors {
+		s.logs[s.logIndex(name)].ackLocked(c)
+	}
+	s.freeIfReadLocked()
 	s.notifyLocked()
 	return nil
 }
@@ -255,8 +287,12 @@ func (a *Attachment) Close() {
 	}
 	a.closed = true
 	s.attached--
+	if i := slices.Index(s.atts, a); i >= 0 {
+		s.atts = slices.Delete(s.atts, i, i+1)
+	}
 	if s.attached == 0 {
 		s.lastDetach = time.Now()
 	}
+	s.freeIfReadLocked()
 	s.notifyLocked()
 }

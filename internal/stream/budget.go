@@ -1,0 +1,172 @@
+package stream
+
+import (
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Bounds of the default retention budget: a sixteenth of the machine's
+// memory, within these.
+const (
+	MinDefaultBudget = 32 << 20
+	MaxDefaultBudget = 1 << 30
+)
+
+// streamFloor is what a stream without a `buffer` of its own sets aside
+// when it is created, if the budget has room: with it every stream can
+// make progress however full the budget is, so a client that reads one
+// stream at a time is never stuck behind another stream it has not read,
+// and a terminal opened while commands fill the budget still shows its
+// output.
+const streamFloor = 64 << 10
+
+// floorShare is the part of the budget (1/floorShare) only floors may use:
+// growth beyond a stream's share and `buffer` reservations stop short of
+// it, so new streams still get their floor when the rest is full.
+const floorShare = 8
+
+// DefaultBudget is the retention budget the agent uses unless told
+// otherwise: a sixteenth of physical memory, between MinDefaultBudget and
+// MaxDefaultBudget.
+func DefaultBudget() int64 {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return MinDefaultBudget
+	}
+	total := int64(si.Totalram) * int64(si.Unit)
+	return min(max(total/16, MinDefaultBudget), MaxDefaultBudget)
+}
+
+// Budget bounds the memory that the logs of all streams retain together:
+// the buffers of byte channels and the encoded events of event channels.
+//
+// Each stream is charged the larger of what its logs hold and what it set
+// aside while it runs (its `buffer`, or streamFloor); an ended stream only
+// what it holds. A log that needs more than its stream's share waits for
+// room (Block) or discards its own oldest data (Drop), so the sum never
+// exceeds the limit. Budget's lock is taken under a stream's lock, never
+// the other way round.
+type Budget struct {
+	mu      sync.Mutex
+	limit   int64
+	used    int64 // sum of the charges of every stream
+	peak    int64
+	ended   int64 // held by ended streams (part of used)
+	waiting bool
+	changed chan struct{} // closed when memory was given back and someone waits
+
+	// high is the most used since memory was last handed back to the
+	// system; once use falls well below it, release is signalled.
+	high    int64
+	release chan struct{}
+
+	chunks chunkPool
+}
+
+// releaseAfter is how far use must fall below its high mark (and at least
+// by half) before the agent hands memory back to the system: far enough
+// that a busy agent does not run the collector for every small stream, nor
+// while a fast stream recycles its chunks.
+const releaseAfter = 8 << 20
+
+func newBudget(limit int64) *Budget {
+	if limit <= 0 {
+		limit = DefaultBudget()
+	}
+	return &Budget{limit: limit, changed: make(chan struct{}), release: make(chan struct{}, 1)}
+}
+
+// BudgetStats is a snapshot of a budget for metrics and tests.
+type BudgetStats struct {
+	Limit int64 // bytes
+	Used  int64 // charged now: held, or set aside by running streams
+	Peak  int64 // highest Used ever
+	Ended int64 // held by ended streams
+}
+
+// Stats returns the budget's counters.
+func (b *Budget) Stats() BudgetStats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return BudgetStats{Limit: b.limit, Used: b.used, Peak: b.peak, Ended: b.ended}
+}
+
+// take charges n more bytes if they fit, short of the floors' share.
+func (b *Budget) take(n int64) bool {
+	return b.takeWithin(n, b.limit-b.limit/floorShare)
+}
+
+// takeFloor charges a new stream's floor if it fits in the whole budget.
+func (b *Budget) takeFloor(n int64) bool { return b.takeWithin(n, b.limit) }
+
+func (b *Budget) takeWithin(n, limit int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > limit {
+		return false
+	}
+	b.used += n
+	b.peak = max(b.peak, b.used)
+	b.high = max(b.high, b.used)
+	return true
+}
+
+// give uncharges n bytes and wakes writers waiting for room.
+func (b *Budget) give(n int64) {
+	if n <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used -= n
+	if b.high-b.used >= releaseAfter && b.used <= b.high/2 {
+		b.high = b.used
+		select {
+		case b.release <- struct{}{}:
+		default:
+		}
+	}
+	if b.waiting {
+		b.waiting = false
+		close(b.changed)
+		b.changed = make(chan struct{})
+	}
+}
+
+// takeOrWait charges n more bytes if they fit, or returns a channel that
+// is closed the next time memory is given back.
+func (b *Budget) takeOrWait(n int64) (bool, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.limit-b.limit/floorShare {
+		b.waiting = true
+		return false, b.changed
+	}
+	b.used += n
+	b.peak = max(b.peak, b.used)
+	b.high = max(b.high, b.used)
+	return true, nil
+}
+
+// short reports whether a writer waits for memory.
+func (b *Budget) short() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.waiting
+}
+
+// addEnded moves n bytes held by a stream into (or, negative, out of) the
+// count of what ended streams hold.
+func (b *Budget) addEnded(n int64) {
+	b.mu.Lock()
+	b.ended += n
+	b.mu.Unlock()
+}
+
+// free is what is left of the budget for growth and reservations.
+func (b *Budget) free() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.limit - b.limit/floorShare - b.used
+}
