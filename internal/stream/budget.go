@@ -7,23 +7,28 @@ import (
 )
 
 // Bounds of the default retention budget: a sixteenth of the machine's
-// memory, within these.
+// memory, within these. The cap keeps the agent lean in a big VM too: a
+// few streams' default buffers fill it, beyond that clients' acks pace
+// the output; --retention-budget raises it for big `buffer` requests.
 const (
 	MinDefaultBudget = 32 << 20
-	MaxDefaultBudget = 1 << 30
+	MaxDefaultBudget = 64 << 20
+	// MinBudget is the smallest budget the agent accepts: room for a
+	// default buffer and the floors of a few dozen streams.
+	MinBudget = 8 << 20
 )
 
-// streamFloor is what a stream without a `buffer` of its own sets aside
-// when it is created, if the budget has room: with it every stream can
-// make progress however full the budget is, so a client that reads one
-// stream at a time is never stuck behind another stream it has not read,
-// and a terminal opened while commands fill the budget still shows its
-// output.
+// streamFloor is what any stream may hold however full the budget is
+// otherwise: the last part of the budget (1/floorShare) is kept for
+// streams that hold less than this. With it every stream makes progress,
+// so a client that reads one stream at a time is never stuck behind
+// another stream it has not read yet, and a terminal opened while
+// commands fill the budget still shows its output. Nothing is set aside
+// for it: a stream that holds nothing costs nothing.
 const streamFloor = 64 << 10
 
-// floorShare is the part of the budget (1/floorShare) only floors may use:
-// growth beyond a stream's share and `buffer` reservations stop short of
-// it, so new streams still get their floor when the rest is full.
+// floorShare says which part of the budget (1/floorShare) only streams
+// below their floor may use.
 const floorShare = 8
 
 // DefaultBudget is the retention budget the agent uses unless told
@@ -42,8 +47,7 @@ func DefaultBudget() int64 {
 // the buffers of byte channels and the encoded events of event channels.
 //
 // Each stream is charged the larger of what its logs hold and what it set
-// aside while it runs (its `buffer`, or streamFloor); an ended stream only
-// what it holds. A log that needs more than its stream's share waits for
+// aside while it runs (its `buffer`); an ended stream only what it holds. A log that needs more than its stream's share waits for
 // room (Block) or discards its own oldest data (Drop), so the sum never
 // exceeds the limit. Budget's lock is taken under a stream's lock, never
 // the other way round.
@@ -94,22 +98,8 @@ func (b *Budget) Stats() BudgetStats {
 
 // take charges n more bytes if they fit, short of the floors' share.
 func (b *Budget) take(n int64) bool {
-	return b.takeWithin(n, b.limit-b.limit/floorShare)
-}
-
-// takeFloor charges a new stream's floor if it fits in the whole budget.
-func (b *Budget) takeFloor(n int64) bool { return b.takeWithin(n, b.limit) }
-
-func (b *Budget) takeWithin(n, limit int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.used+n > limit {
-		return false
-	}
-	b.used += n
-	b.peak = max(b.peak, b.used)
-	b.high = max(b.high, b.used)
-	return true
+	ok, _ := b.takeOrWait(n, false)
+	return ok
 }
 
 // give uncharges n bytes and wakes writers waiting for room.
@@ -134,12 +124,17 @@ func (b *Budget) give(n int64) {
 	}
 }
 
-// takeOrWait charges n more bytes if they fit, or returns a channel that
-// is closed the next time memory is given back.
-func (b *Budget) takeOrWait(n int64) (bool, <-chan struct{}) {
+// takeOrWait charges n more bytes if they fit (in the whole budget for a
+// stream still below its floor, else short of the floors' share), or
+// returns a channel that is closed the next time memory is given back.
+func (b *Budget) takeOrWait(n int64, floor bool) (bool, <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.used+n > b.limit-b.limit/floorShare {
+	limit := b.limit - b.limit/floorShare
+	if floor {
+		limit = b.limit
+	}
+	if b.used+n > limit {
 		b.waiting = true
 		return false, b.changed
 	}

@@ -100,9 +100,10 @@ func TestBudgetNeverExceeded(t *testing.T) {
 			t.Fatalf("stream %d lost data: %+v", o.s.ID, ls)
 		}
 	}
-	// Everything was read and acknowledged after the end: all given back.
-	if st.Used != 0 {
-		t.Fatalf("after every stream was read: %+v, want nothing used", st)
+	// Everything was read and acknowledged after the end: all given back
+	// but the tails.
+	if st.Used != st.Ended || st.Ended > streams*stream.ReadTail {
+		t.Fatalf("after every stream was read: %+v, want at most the tails", st)
 	}
 }
 
@@ -226,16 +227,28 @@ func TestEndedStreamsExpireByBytes(t *testing.T) {
 	if st := r.Budget().Stats(); st.Ended > 700<<10 || st.Ended == 0 {
 		t.Fatalf("ended streams hold %d bytes", st.Ended)
 	}
+	// One stream alone over the bound stays while it is the newest: it was
+	// in the budget while it ran, and whoever gave it that much output
+	// means to read it.
+	big := r.Create(stream.Config{Channels: []stream.ChannelSpec{byteChan("stdout", stream.Drop, 1<<20)}})
+	big.Log("stdout").Write(make([]byte, 800<<10))
+	big.Finish(exitEnd(0))
+	if r.Get(big.ID) == nil || r.Get(ss[2].ID) != nil || r.Get(ss[3].ID) != nil {
+		t.Fatal("want the big newest stream kept, the older ones expired")
+	}
 }
 
 // TestReadStreamLetsGo: once everything an ended stream retains has been
-// acknowledged, its buffers go at once, whether the last ack came on the
-// attachment or after it (Acknowledge); a later attach gets a gap.
+// acknowledged, its buffers go at once but for its last ReadTail bytes,
+// whether the last ack came on the attachment or after it (Acknowledge);
+// a later attach gets a gap, then that tail.
 func TestReadStreamLetsGo(t *testing.T) {
 	r := newRegistry(t, stream.Limits{})
+	const size = 1 << 20
+	src := randBytes(rand.New(rand.NewSource(6)), size)
 	mk := func() *stream.Stream {
 		s := r.Create(stream.Config{Channels: []stream.ChannelSpec{byteChan("stdout", stream.Block, 0), byteChan("stderr", stream.Block, 0)}})
-		s.Log("stdout").Write(make([]byte, 100<<10))
+		s.Log("stdout").Write(src)
 		return s
 	}
 	before := r.Budget().Stats().Used
@@ -248,8 +261,8 @@ func TestReadStreamLetsGo(t *testing.T) {
 	if _, err := (reader{a: a, maxChunk: 1 << 20, ack: ackDataOnly}).run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if m := s.Log("stdout").Memory(); m != 0 {
-		t.Fatalf("read and acknowledged after the end, still %d bytes held", m)
+	if m := s.Log("stdout").Memory(); m != stream.ReadTail {
+		t.Fatalf("read and acknowledged after the end, %d bytes held, want the %d of the tail", m, stream.ReadTail)
 	}
 	a.Close()
 
@@ -260,26 +273,29 @@ func TestReadStreamLetsGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	a2.Close()
-	if s2.Log("stdout").Memory() == 0 {
+	if s2.Log("stdout").Memory() < size {
 		t.Fatal("let go before anyone acknowledged")
 	}
-	if err := s2.Acknowledge(map[string]uint64{"stdout": 200 << 10}); !errors.Is(err, stream.ErrCursorAhead) {
+	if err := s2.Acknowledge(map[string]uint64{"stdout": size + 1}); !errors.Is(err, stream.ErrCursorAhead) {
 		t.Fatalf("ack beyond the end: %v", err)
 	}
-	if err := s2.Acknowledge(map[string]uint64{"stdout": 100 << 10}); err != nil {
+	if err := s2.Acknowledge(map[string]uint64{"stdout": size}); err != nil {
 		t.Fatal(err)
 	}
-	if m := s2.Log("stdout").Memory(); m != 0 {
-		t.Fatalf("acknowledged after its attachment ended, still %d bytes held", m)
+	if m := s2.Log("stdout").Memory(); m != stream.ReadTail {
+		t.Fatalf("acknowledged after its attachment ended, %d bytes held", m)
 	}
-	if used := r.Budget().Stats().Used; used != before {
+	if used := r.Budget().Stats().Used; used != before+2*stream.ReadTail {
 		t.Fatalf("budget used %d, %d before the streams", used, before)
 	}
 	a3, _ := s2.Attach(nil, 0)
 	defer a3.Close()
 	items, err := (reader{a: a3, maxChunk: 1 << 20}).run(ctx)
-	if err != nil || len(items) != 2 || items[0].Kind != stream.ItemGap || items[0].To != 100<<10 || items[1].Kind != stream.ItemEnd {
-		t.Fatalf("attach after the stream let go: %s %v, want a gap then the end", describeAll(items), err)
+	if err != nil || len(items) != 3 || items[0].Kind != stream.ItemGap || items[0].To != size-stream.ReadTail || items[2].Kind != stream.ItemEnd {
+		t.Fatalf("attach after the stream let go: %s %v, want a gap, the tail, the end", describeAll(items), err)
+	}
+	if _, err := checkBytes(items, "stdout", 0, src); err != nil {
+		t.Fatal(err)
 	}
 }
 

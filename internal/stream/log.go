@@ -43,8 +43,9 @@ const (
 // its slot in the ring and the allocation's header.
 const eventOverhead = 32
 
-// minRead is the least room a read from a producer gets: below it a new
-// chunk is started rather than reading a few bytes per call.
+// minRead is the least room a read from a producer gets, unless a
+// quarter of the last chunk is left: below that a new chunk is started
+// rather than reading a few bytes per call.
 const minRead = 16 << 10
 
 var (
@@ -162,7 +163,7 @@ func (l *Log) tryReserve(max int, any, reclaimed bool) ([]byte, *waiter, error) 
 	if want == 0 {
 		return nil, s.waiterLocked(nil), nil
 	}
-	if free := l.data.room(); free > 0 && (any || free >= min(want, minRead)) {
+	if free := l.data.room(); free > 0 && (any || free >= min(want, minRead) || free >= len(l.data.tail().buf)/4) {
 		return l.reserveTail(want), nil, nil
 	}
 	wait := l.addChunk()
@@ -413,6 +414,53 @@ func (l *Log) trimAcked() {
 	if l.acked > l.start {
 		l.discard(int(l.acked - l.start))
 	}
+}
+
+// keepTail lets go of all but the last n bytes retained (for an event
+// log, the newest events up to n bytes), moved into a chunk of their own
+// so that the big chunks go too.
+func (l *Log) keepTail(n int) {
+	if l.unit == Events {
+		for l.end > l.start && l.evBytes > n {
+			l.discard(1)
+		}
+		if count := int(l.end - l.start); count < len(l.events)/4 {
+			ring := make([][]byte, max(count, 1))
+			for i := range count {
+				ring[i] = l.events[(l.evHead+i)%len(l.events)]
+			}
+			l.events, l.evHead = ring, 0
+		}
+		return
+	}
+	if kept := int(l.end - l.start); kept > n {
+		l.discard(kept - n)
+	}
+	kept := int(l.end - l.start)
+	if kept == 0 {
+		l.dropChunks(true)
+		return
+	}
+	size := minChunk
+	for size < kept {
+		size *= 4
+	}
+	if l.reserving || l.data.mem() <= size {
+		return
+	}
+	if ok, _ := l.s.growLocked(int64(size)); !ok {
+		return
+	}
+	c := l.s.budget.chunks.get(size)
+	c.n, c.off = l.data.readAt(c.buf[:kept], l.start), l.start
+	old := l.data.chunks
+	l.data.chunks = []*chunk{c}
+	mem := 0
+	for _, ch := range old {
+		mem += len(ch.buf)
+		l.s.budget.chunks.put(ch)
+	}
+	l.s.shrinkLocked(int64(mem))
 }
 
 // free lets go of everything retained, for good.

@@ -122,7 +122,7 @@ type Reservation struct {
 func (r *Registry) Reserve(n int64) (*Reservation, error) {
 	if !r.budget.take(n) {
 		r.mu.Lock()
-		for r.budget.free() < n && r.expireOldestLocked() {
+		for r.budget.free() < n && r.expireOldestLocked(nil) {
 		}
 		r.mu.Unlock()
 		if !r.budget.take(n) {
@@ -153,8 +153,6 @@ func (r *Registry) Create(cfg Config) *Stream {
 	var reserve int64
 	if cfg.Reservation != nil {
 		reserve = cfg.Reservation.use()
-	} else if len(cfg.Channels) > 0 && r.budget.takeFloor(streamFloor) {
-		reserve = streamFloor
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -246,8 +244,11 @@ func (r *Registry) noteEnded(s *Stream) {
 		return
 	}
 	r.ended = append(r.ended, s)
+	// The stream that just ended stays even if it alone is over the bytes
+	// bound: it was within the budget while it ran, and a client that
+	// started it with a big buffer means to read it.
 	for len(r.ended) > r.limits.MaxEnded || r.budget.Stats().Ended > r.limits.MaxEndedBytes {
-		if !r.expireOldestLocked() {
+		if !r.expireOldestLocked(s) {
 			return
 		}
 	}
@@ -271,9 +272,12 @@ func (r *Registry) forgetEnded(now time.Time) {
 }
 
 // expireOldestLocked lets the oldest ended stream that no client is
-// attached to expire; false if there is none.
-func (r *Registry) expireOldestLocked() bool {
+// attached to expire, other than keep; false if there is none.
+func (r *Registry) expireOldestLocked(keep *Stream) bool {
 	for _, s := range r.ended {
+		if s == keep {
+			continue
+		}
 		s.mu.Lock()
 		idle := s.attached == 0
 		s.mu.Unlock()
@@ -307,7 +311,7 @@ func (r *Registry) reclaim() {
 		return
 	}
 	r.lastReclaim = now
-	for r.budget.free() < maxChunk && r.expireOldestLocked() {
+	for r.budget.free() < maxChunk && r.expireOldestLocked(nil) {
 	}
 	if r.budget.free() >= maxChunk {
 		return

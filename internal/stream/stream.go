@@ -42,8 +42,7 @@ type Config struct {
 	Control any
 	// Reservation is retention budget set aside for the stream with
 	// Registry.Reserve (for a `buffer` a client asked for); Create uses it
-	// up. Without one, the stream sets aside a small floor when the budget
-	// has room for it.
+	// up.
 	Reservation *Reservation
 }
 
@@ -72,6 +71,7 @@ type Stream struct {
 	done       chan struct{}
 	held       int64 // memory the logs hold, charged to the budget
 	reserve    int64 // budget set aside while the stream runs
+	trimmed    bool  // read to the end: only a tail is kept
 	freed      bool  // the buffers were let go for good
 }
 
@@ -137,7 +137,7 @@ func (s *Stream) Finish(e End) {
 	s.budget.give(charged - s.chargeLocked())
 	s.budget.addEnded(s.held)
 	close(s.done)
-	s.freeIfReadLocked()
+	s.trimIfReadLocked()
 	s.notifyLocked()
 	s.mu.Unlock()
 	s.reg.noteEnded(s)
@@ -158,7 +158,7 @@ func (s *Stream) growLocked(n int64) (bool, <-chan struct{}) {
 	before := s.chargeLocked()
 	s.held += n
 	if d := s.chargeLocked() - before; d > 0 {
-		if ok, wait := s.budget.takeOrWait(d); !ok {
+		if ok, wait := s.budget.takeOrWait(d, s.held <= streamFloor); !ok {
 			s.held -= n
 			return false, wait
 		}
@@ -179,12 +179,17 @@ func (s *Stream) shrinkLocked(n int64) {
 	s.budget.give(before - s.chargeLocked())
 }
 
-// freeIfReadLocked lets an ended stream's buffers go once clients have
-// acknowledged everything in them and no attached client still needs any:
-// nobody is waiting for that data, and the memory is better given back at
-// once than when the stream expires.
-func (s *Stream) freeIfReadLocked() {
-	if s.end == nil || s.freed {
+// ReadTail is what an ended stream keeps of each channel once clients have
+// read it all: enough for a client that attaches later (by tag, say) to
+// see how a command ended, while a big output lets its memory go at once.
+const ReadTail = 64 << 10
+
+// trimIfReadLocked lets an ended stream's buffers go, but for ReadTail of
+// each channel, once clients have acknowledged everything in them and no
+// attached client still needs any: nobody is waiting for that data, and
+// the memory is better given back at once than when the stream expires.
+func (s *Stream) trimIfReadLocked() {
+	if s.end == nil || s.freed || s.trimmed {
 		return
 	}
 	for i, l := range s.logs {
@@ -197,7 +202,10 @@ func (s *Stream) freeIfReadLocked() {
 			}
 		}
 	}
-	s.freeLocked()
+	s.trimmed = true
+	for _, l := range s.logs {
+		l.keepTail(ReadTail)
+	}
 }
 
 // freeLocked lets every buffer of the stream go for good.
