@@ -92,11 +92,26 @@ func (ss *Session) attached(id uint64) *attachment {
 	return ss.atts[id]
 }
 
+// pumpAhead is how many of an attachment's frames may wait for the
+// connection's writer: one being written and one ready. The pump asks the
+// log for more only then, so what a fast producer wrote meanwhile goes out
+// in one large frame rather than in many small ones, each with its own
+// wake-ups, headers and write; an idle connection still gets each piece
+// of output at once.
+const pumpAhead = 2
+
 // pump delivers one attachment until its end item or the session's end.
 func (ss *Session) pump(a *attachment) {
 	defer ss.pumps.Done()
 	defer ss.release(a)
+	ahead := make(chan struct{}, pumpAhead)
+	written := func() { <-ahead }
 	for {
+		select {
+		case ahead <- struct{}{}:
+		case <-ss.ctx.Done():
+			return
+		}
 		bp := frameBufs.Get().(*[]byte)
 		buf := (*bp)[:wire.MaxDataHeader]
 		item, err := a.att.Next(ss.ctx, buf, maxChunk)
@@ -104,11 +119,14 @@ func (ss *Session) pump(a *attachment) {
 			frameBufs.Put(bp)
 			return
 		}
-		f := outFrame{}
+		f := outFrame{release: written}
 		switch item.Kind {
 		case stream.ItemData:
 			f.binary, f.msg = true, dataFrame(buf, a.st.ID, item)
-			f.release = func() { frameBufs.Put(bp) }
+			f.release = func() {
+				frameBufs.Put(bp)
+				written()
+			}
 		case stream.ItemEvent:
 			frameBufs.Put(bp)
 			f.msg = item.Data

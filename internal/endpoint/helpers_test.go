@@ -49,8 +49,10 @@ type testAgent struct {
 	url      string
 }
 
-func newTestAgent(t testing.TB) *testAgent {
-	streams := stream.NewRegistry(0)
+// newTestAgent serves a real agent in this process; limits, if given,
+// bound its retention.
+func newTestAgent(t testing.TB, limits ...stream.Limits) *testAgent {
+	streams := stream.NewRegistryWith(append(limits, stream.Limits{})[0])
 	defaults := &proc.Defaults{}
 	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
 	counter := traffic.NewCounter()
