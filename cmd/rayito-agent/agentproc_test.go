@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,6 +168,56 @@ func (a *agentProc) memory(tb testing.TB) (rss, peak int) {
 		}
 	}
 	return rss, peak
+}
+
+// cpu is the CPU time the agent used so far, with its reaped children.
+func (a *agentProc) cpu(tb testing.TB) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(a.pid) + "/stat")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// The fields after the command name (which may hold spaces): utime,
+	// stime, cutime and cstime are the 12th to 15th, in clock ticks.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	var ticks int64
+	for _, v := range f[11:15] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
+
+// switches counts the context switches of every thread of the agent: how
+// often it went to sleep and was woken, a measure of the hand-offs between
+// goroutines on different threads that a loaded machine cannot blur.
+func (a *agentProc) switches(tb testing.TB) int {
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(a.pid) + "/task")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	total := 0
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(a.pid) + "/task/" + t.Name() + "/status")
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				n, _ := strconv.Atoi(strings.TrimSpace(v))
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// ownCPU is the CPU time this process and its reaped children used.
+func ownCPU() time.Duration {
+	var self, kids syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids)
+	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	return tv(self.Utime) + tv(self.Stime) + tv(kids.Utime) + tv(kids.Stime)
 }
 
 // resetPeak restarts the kernel's count of the agent's peak RSS.

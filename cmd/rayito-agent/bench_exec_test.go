@@ -25,7 +25,9 @@ const execBlock = 20
 // process. Each op runs every kind once (in blocks of execBlock).
 // Metrics: p50 of each; `sdk/osexec` is the first goal (at most 1.3), and
 // `sdk-adds-µs`, `bare-adds-µs` what the agent adds over the reaper
-// spawn (at most 200).
+// spawn (at most 200). On a loaded machine the CPU time of every process
+// per exec and the agent's context switches per exec (how often its
+// threads slept and were woken) tell more than the latencies.
 func BenchmarkAgentExec(b *testing.B) {
 	a := startAgentProc(b)
 	c := a.dial(b)
@@ -85,14 +87,24 @@ func BenchmarkAgentExec(b *testing.B) {
 		}},
 	}
 	lat := make([][]time.Duration, len(kinds))
+	var cpu [4]time.Duration // CPU of this process and the agent, per kind
+	var switches [4]int      // the agent's context switches, per kind
 	b.ResetTimer()
 	for done := 0; done < b.N; done += execBlock {
 		n := min(execBlock, b.N-done)
 		for i, k := range kinds {
+			cpu0, sw0 := ownCPU()+a.cpu(b), a.switches(b)
 			lat[i] = append(lat[i], k.run(n)...)
+			cpu[i] += ownCPU() + a.cpu(b) - cpu0
+			switches[i] += a.switches(b) - sw0
 		}
 	}
 	b.StopTimer()
+	for i, k := range kinds {
+		b.ReportMetric(micros(cpu[i])/float64(b.N), k.name+"-CPU-µs/op")
+	}
+	b.ReportMetric(float64(switches[2])/float64(b.N), "sdk-agent-switches/op")
+	b.ReportMetric(float64(switches[3])/float64(b.N), "bare-agent-switches/op")
 	p50 := make(map[string]float64)
 	for i, k := range kinds {
 		p50[k.name] = micros(quantile(lat[i], 0.5))

@@ -25,13 +25,16 @@ var outputArgv = []string{"head", "-c", strconv.Itoa(outputBytes), "/dev/zero"}
 // the same command's stdout read from a pipe in this process, in the same
 // run. Each op runs all three, in turn. Metrics: MiB/s of each (median
 // over the ops) and the median of each op's ratio to the pipe (the goal
-// is at least 0.5).
+// is at least 0.5); and the CPU time every process involved spent per MiB
+// (this one, the agent, and the command), which a loaded machine
+// disturbs far less than the rate.
 func BenchmarkAgentOutput(b *testing.B) {
 	a := startAgentProc(b)
 	c := a.dial(b)
 	rc := a.raw(b)
 	ctx := context.Background()
 	buf := make([]byte, 1<<20)
+	frames := 0 // data frames the bare client got
 	kinds := []struct {
 		name string
 		run  func()
@@ -50,26 +53,33 @@ func BenchmarkAgentOutput(b *testing.B) {
 			}
 		}},
 		{"bare", func() {
-			if n := rc.readOutput(outputArgv, 1<<20); n != outputBytes {
+			n, f := rc.readOutput(outputArgv, 1<<20)
+			if n != outputBytes {
 				b.Fatal(n)
 			}
+			frames += f
 		}},
 	}
 	rates := make([][]float64, len(kinds))
+	cpu := make([][]float64, len(kinds)) // ms of CPU per MiB, all processes
 	b.SetBytes(outputBytes * int64(len(kinds)))
 	b.ResetTimer()
 	for i := range b.N {
 		for j := range kinds {
 			k := (i + j) % len(kinds) // rotate who goes first
+			cpu0 := ownCPU() + a.cpu(b)
 			start := time.Now()
 			kinds[k].run()
 			rates[k] = append(rates[k], float64(outputBytes)/(1<<20)/time.Since(start).Seconds())
+			cpu[k] = append(cpu[k], float64((ownCPU()+a.cpu(b)-cpu0).Milliseconds())/(outputBytes>>20))
 		}
 	}
 	b.StopTimer()
 	for k, kind := range kinds {
 		b.ReportMetric(median(rates[k]), kind.name+"-MiB/s")
+		b.ReportMetric(median(cpu[k]), kind.name+"-CPU-ms/MiB")
 	}
+	b.ReportMetric(float64(outputBytes)*float64(b.N)/float64(frames)/1024, "bare-KiB/frame")
 	for k, kind := range kinds[1:] {
 		ratios := make([]float64, len(rates[0]))
 		for i := range ratios {
@@ -106,8 +116,9 @@ func pipeRead(b *testing.B, buf []byte) {
 }
 
 // readOutput execs argv with bare frames and reads its stdout to the end,
-// acknowledging every half window as the SDK does. It returns the bytes.
-func (rc *rawConn) readOutput(argv []string, window int) int {
+// acknowledging every half window as the SDK does. It returns the bytes
+// and the data frames they came in.
+func (rc *rawConn) readOutput(argv []string, window int) (int, int) {
 	params := `"argv":[`
 	for i, a := range argv {
 		if i > 0 {
@@ -117,7 +128,7 @@ func (rc *rawConn) readOutput(argv []string, window int) int {
 	}
 	id := rc.request("exec", params+"]")
 	var stream uint64
-	total, acked := 0, 0
+	total, acked, frames := 0, 0, 0
 	ack := make([]byte, 0, 96)
 	for {
 		typ, msg := rc.read()
@@ -128,6 +139,7 @@ func (rc *rawConn) readOutput(argv []string, window int) int {
 			}
 			if d.Channel == wire.ChanStdout {
 				total += len(d.Payload)
+				frames++
 			}
 			if total-acked >= window/2 {
 				ack = append(ack[:0], `{"op":"ack","stream":`...)
@@ -145,7 +157,7 @@ func (rc *rawConn) readOutput(argv []string, window int) int {
 		case m.ID == id:
 			stream = m.Result.Stream
 		case m.Event == "end" && m.Stream == stream:
-			return total
+			return total, frames
 		}
 	}
 }
