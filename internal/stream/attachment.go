@@ -43,6 +43,16 @@ type Item struct {
 	// End and Cursors describe the end (ItemEnd).
 	End     End
 	Cursors map[string]uint64
+
+	ref *chunk // the log memory Data is in (NextShared), until Release
+}
+
+// Release lets go of the log memory an item from NextShared holds; call it
+// once, when Data is no longer used. Other items need no release.
+func (it Item) Release() {
+	if it.ref != nil {
+		it.ref.unref()
+	}
 }
 
 // Attachment is one client's read position on a stream. It is used by one
@@ -110,10 +120,21 @@ func (a *Attachment) Stream() *Stream { return a.s }
 // appended to dst, at most maxChunk bytes. After the ItemEnd item it
 // returns io.EOF; when ctx is done it returns ctx's error.
 func (a *Attachment) Next(ctx context.Context, dst []byte, maxChunk int) (Item, error) {
+	return a.wait(ctx, dst, maxChunk, false)
+}
+
+// NextShared is Next without the copy: Data of a data item is the log's
+// own memory (at most the rest of one of its chunks), read-only, valid
+// until the item is Released, which the caller must do once.
+func (a *Attachment) NextShared(ctx context.Context, maxChunk int) (Item, error) {
+	return a.wait(ctx, nil, maxChunk, true)
+}
+
+func (a *Attachment) wait(ctx context.Context, dst []byte, maxChunk int, shared bool) (Item, error) {
 	s := a.s
 	for {
 		s.mu.Lock()
-		item, ok := a.nextLocked(dst, maxChunk)
+		item, ok := a.nextLocked(dst, maxChunk, shared)
 		ch := s.changed
 		s.mu.Unlock()
 		if ok {
@@ -130,7 +151,7 @@ func (a *Attachment) Next(ctx context.Context, dst []byte, maxChunk int) (Item, 
 	}
 }
 
-func (a *Attachment) nextLocked(dst []byte, maxChunk int) (Item, bool) {
+func (a *Attachment) nextLocked(dst []byte, maxChunk int, shared bool) (Item, bool) {
 	s := a.s
 	if a.ended {
 		return Item{}, false
@@ -169,6 +190,12 @@ func (a *Attachment) nextLocked(dst []byte, maxChunk int) (Item, bool) {
 			return Item{Kind: ItemEvent, Channel: l.name, Data: l.eventLocked(c)}, true
 		}
 		size := min(uint64(room), l.end-c, uint64(maxChunk))
+		if shared {
+			ch, data := l.data.slice(c, int(size))
+			ch.refs.Add(1)
+			a.next[i] += uint64(len(data))
+			return Item{Kind: ItemData, Channel: l.name, Offset: c, Data: data, ref: ch}, true
+		}
 		off := len(dst)
 		dst = slices.Grow(dst, int(size))[:off+int(size)]
 		l.readBytesLocked(dst[off:], c)

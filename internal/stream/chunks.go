@@ -3,6 +3,7 @@ package stream
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // A byte log keeps its retained bytes in chunks of a few sizes. It starts
@@ -16,11 +17,22 @@ const (
 	chunkSizes = 4 // 4, 16, 64, 256 KiB
 )
 
-// chunk is one buffer of a byte log.
+// chunk is one buffer of a byte log. Its written bytes never change, so
+// an item may hand them out without a copy: it holds a reference, and the
+// chunk goes back to its pool when the log and every item let go of it.
 type chunk struct {
-	buf []byte // full size: one of the chunk sizes
-	n   int    // bytes written
-	off uint64 // absolute position of buf[0]
+	buf  []byte // full size: one of the chunk sizes
+	n    int    // bytes written
+	off  uint64 // absolute position of buf[0]
+	refs atomic.Int32
+	pool *chunkPool
+}
+
+// unref drops one reference; the last returns the chunk to its pool.
+func (ch *chunk) unref() {
+	if ch.refs.Add(-1) == 0 && ch.pool != nil {
+		ch.pool.put(ch)
+	}
 }
 
 // byteChunks is a byte log's storage: chunks in position order, each
@@ -91,6 +103,18 @@ func (c *byteChunks) dropBelow(start uint64, whole bool, out []*chunk) []*chunk 
 	return out
 }
 
+// slice returns the chunk holding position pos and its written bytes from
+// pos on, at most n. pos must be retained.
+func (c *byteChunks) slice(pos uint64, n int) (*chunk, []byte) {
+	i := sort.Search(len(c.chunks), func(i int) bool {
+		ch := c.chunks[i]
+		return ch.off+uint64(ch.n) > pos
+	})
+	ch := c.chunks[i]
+	b := ch.buf[pos-ch.off : ch.n]
+	return ch, b[:min(len(b), n)]
+}
+
 // readAt copies the bytes from position pos into p, up to the last byte
 // written, and returns how many it copied. pos must be retained.
 func (c *byteChunks) readAt(p []byte, pos uint64) int {
@@ -136,10 +160,13 @@ func (p *chunkPool) get(size int) *chunk {
 		p.free[c] = p.free[c][:n-1]
 		p.bytes -= size
 		p.mu.Unlock()
+		ch.refs.Store(1)
 		return ch
 	}
 	p.mu.Unlock()
-	return &chunk{buf: make([]byte, size)}
+	ch := &chunk{buf: make([]byte, size), pool: p}
+	ch.refs.Store(1)
+	return ch
 }
 
 func (p *chunkPool) put(ch *chunk) {

@@ -401,7 +401,7 @@ func (l *Log) dropChunks(whole bool) {
 	mem := 0
 	for _, ch := range freed {
 		mem += len(ch.buf)
-		l.s.budget.chunks.put(ch)
+		ch.unref()
 	}
 	if len(l.data.chunks) == 0 {
 		l.data.shrink()
@@ -458,7 +458,7 @@ func (l *Log) keepTail(n int) {
 	mem := 0
 	for _, ch := range old {
 		mem += len(ch.buf)
-		l.s.budget.chunks.put(ch)
+		ch.unref()
 	}
 	l.s.shrinkLocked(int64(mem))
 }
