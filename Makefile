@@ -16,7 +16,7 @@ DEV_TOKEN := $(or $(RAYITO_ACCESS_TOKEN),dev-$(shell head -c 12 /dev/urandom | o
 # build and VM tools come from rootfs/deps.sh.
 TEST_PACKAGES := python3-ipykernel procps
 
-.PHONY: all build run test unit deps node-deps bench fuzz lint clean
+.PHONY: all build run test unit deps node-deps bench bench-agent fuzz lint clean
 
 all: build
 
@@ -70,8 +70,20 @@ unit: deps node-deps
 # test is everything: unit tests, then the image and the VM tests.
 test: unit e2e
 
-bench: deps
-	CGO_ENABLED=1 $(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
+# bench-agent runs the headline rows: the agent as users run it (the
+# static binary, `serve` in a process of its own), each row with its
+# baselines measured in the same run (docs/benchmarks.md).
+bench-agent: deps
+	$(GO) test -run '^$$' -bench 'AgentExec$$' -benchtime 2000x -timeout 60m ./cmd/rayito-agent/
+	$(GO) test -run '^$$' -bench 'AgentOutput' -benchtime 5x -timeout 60m ./cmd/rayito-agent/
+	$(GO) test -run '^$$' -bench 'AgentPTYEcho' -benchtime 3000x -timeout 60m ./cmd/rayito-agent/
+	$(GO) test -run '^$$' -bench 'AgentMemory|AgentBufferHeld|IdleFootprint' -benchtime 1x -timeout 60m ./cmd/rayito-agent/
+	$(GO) test -run '^$$' -bench 'AgentExecChurn' -benchtime 20000x -timeout 60m ./cmd/rayito-agent/
+
+# bench is the headline rows, then every package's own benchmarks (the
+# breakdown, in process).
+bench: bench-agent
+	CGO_ENABLED=1 $(GO) test -run '^$$' -bench . -skip '^Benchmark(Agent|IdleFootprint)' -benchmem -timeout 60m ./...
 
 FUZZTIME ?= 30s
 fuzz:

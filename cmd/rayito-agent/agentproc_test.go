@@ -187,9 +187,10 @@ func (a *agentProc) cpu(tb testing.TB) time.Duration {
 	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }
 
-// switches counts the context switches of every thread of the agent: how
-// often it went to sleep and was woken, a measure of the hand-offs between
-// goroutines on different threads that a loaded machine cannot blur.
+// switches counts the voluntary context switches of every thread of the
+// agent: how often a thread went to sleep (to be woken again), a measure
+// of the hand-offs between goroutines on different threads that a loaded
+// machine blurs far less than times (preemptions are not counted).
 func (a *agentProc) switches(tb testing.TB) int {
 	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(a.pid) + "/task")
 	if err != nil {
@@ -202,7 +203,7 @@ func (a *agentProc) switches(tb testing.TB) int {
 			continue // the thread ended
 		}
 		for _, line := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+			if k, v, ok := strings.Cut(line, ":"); ok && k == "voluntary_ctxt_switches" {
 				n, _ := strconv.Atoi(strings.TrimSpace(v))
 				total += n
 			}

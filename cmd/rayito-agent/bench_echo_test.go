@@ -31,7 +31,8 @@ const echoBlock = 50
 // local terminal in this process, plus one websocket request/response to
 // the same agent (`list`). Each op runs every kind once, in blocks of
 // echoBlock. The goal: `bare/floor` at most 1.3; `sdk-adds-µs` is the
-// SDK's own share.
+// SDK's own share. The agent's context switches per op (its threads put to
+// sleep and woken) count the hand-offs that make up most of its share.
 func BenchmarkAgentPTYEcho(b *testing.B) {
 	a := startAgentProc(b)
 	master := localEcho(b)
@@ -74,14 +75,20 @@ func BenchmarkAgentPTYEcho(b *testing.B) {
 		{"sdk", loop(p, p.Output())},
 	}
 	lat := make([][]time.Duration, len(kinds))
+	var switches [4]int // the agent's context switches, per kind
 	b.ResetTimer()
 	for done := 0; done < b.N; done += echoBlock {
 		n := min(echoBlock, b.N-done)
 		for i, k := range kinds {
+			sw := a.switches(b)
 			lat[i] = append(lat[i], timeEach(n, k.one)...)
+			switches[i] += a.switches(b) - sw
 		}
 	}
 	b.StopTimer()
+	for i, k := range kinds[1:] {
+		b.ReportMetric(float64(switches[i+1])/float64(b.N), k.name+"-agent-switches/op")
+	}
 	p50 := map[string]float64{}
 	for i, k := range kinds {
 		p50[k.name] = micros(quantile(lat[i], 0.5))
