@@ -174,9 +174,15 @@ type pipes struct {
 	own              []int  // those of child that are ours to close
 }
 
-// pipeSize is raised from the kernel's 64 KiB default so a fast producer
-// makes fewer, larger writes; failure to raise it is harmless.
+// pipeSize is what an output pipe is raised to from the kernel's 64 KiB
+// once its reader finds it filling up, so a fast producer makes fewer,
+// larger writes; a short command never pays for it. Failure to raise it
+// is harmless.
 const pipeSize = 1 << 20
+
+// growAfter is the read that shows a pipe filling up: a quarter of the
+// kernel's default pipe.
+const growAfter = 16 << 10
 
 // devNull is the agent's /dev/null, opened once: a child without stdin
 // gets it.
@@ -224,7 +230,6 @@ func pipe2(name string, output bool) (int, *os.File, error) {
 	ours, theirs := fds[1], fds[0]
 	if output {
 		ours, theirs = fds[0], fds[1]
-		unix.FcntlInt(uintptr(ours), unix.F_SETPIPE_SZ, pipeSize)
 	}
 	if err := unix.SetNonblock(ours, true); err != nil {
 		unix.Close(ours)

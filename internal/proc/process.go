@@ -59,18 +59,21 @@ type process struct {
 func (p *process) run(status <-chan Status, outs []*os.File, timeout time.Duration) {
 	defer p.m.forget(p)
 	logs := p.s.Logs()
-	var readers sync.WaitGroup
 	var writing atomic.Int32   // readers blocked on a full log, not on the pipe
 	var progress atomic.Uint64 // bytes read, so output resets the drain clock
+	// The last reader to finish closes readersDone itself: no goroutine
+	// waits on a WaitGroup to pass the news on.
+	var readers atomic.Int32
+	readers.Store(int32(len(outs)))
+	readersDone := make(chan struct{})
 	for i, f := range outs {
-		readers.Add(1)
 		go func() {
-			defer readers.Done()
 			copyOut(f, logs[i], &writing, &progress)
+			if readers.Add(-1) == 0 {
+				close(readersDone)
+			}
 		}()
 	}
-	readersDone := make(chan struct{})
-	go func() { readers.Wait(); close(readersDone) }()
 
 	var timer <-chan time.Time
 	if timeout > 0 {
@@ -139,6 +142,7 @@ wait:
 // Each read goes straight into room the log reserved; a reader waiting
 // for that room counts in writing (it is blocked on the log, not idle).
 func copyOut(f *os.File, l *stream.Log, writing *atomic.Int32, progress *atomic.Uint64) {
+	grown := false
 	for {
 		writing.Add(1)
 		room, err := l.Reserve(readSize)
@@ -153,6 +157,12 @@ func copyOut(f *os.File, l *stream.Log, writing *atomic.Int32, progress *atomic.
 		}
 		if err != nil {
 			return
+		}
+		if !grown && n >= growAfter {
+			grown = true
+			if rc, err := f.SyscallConn(); err == nil {
+				rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize) })
+			}
 		}
 	}
 }
