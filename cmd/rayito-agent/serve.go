@@ -309,13 +309,14 @@ func run(cfg config, log *zap.Logger) error {
 	return err
 }
 
-// limitMemory gives the Go runtime a soft memory limit a little above the
-// retention budget (unless GOMEMLIMIT sets one): what the agent holds is
-// mostly retained output, and near the limit the collector works harder
-// rather than let garbage double the heap.
+// limitMemory gives the Go runtime a soft memory limit of the retention
+// budget plus room for the rest of the agent (unless GOMEMLIMIT sets one):
+// what the agent holds is mostly retained output, and near the limit the
+// collector works harder rather than let garbage double the heap, which
+// is what a burst's peak is otherwise made of.
 func limitMemory(budget int64) {
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(budget + budget/4 + 64<<20)
+		debug.SetMemoryLimit(budget + 32<<20)
 	}
 }
 

@@ -70,9 +70,10 @@ type Budget struct {
 
 // releaseAfter is how far use must fall below its high mark (and at least
 // by half) before the agent hands memory back to the system: far enough
-// that a busy agent does not run the collector for every small stream, nor
-// while a fast stream recycles its chunks.
-const releaseAfter = 8 << 20
+// that it does not happen while a fast stream recycles its chunks, nor
+// for every small stream (the registry also releases at most once a
+// second).
+const releaseAfter = 2 << 20
 
 func newBudget(limit int64) *Budget {
 	if limit <= 0 {
@@ -111,7 +112,6 @@ func (b *Budget) give(n int64) {
 	defer b.mu.Unlock()
 	b.used -= n
 	if b.high-b.used >= releaseAfter && b.used <= b.high/2 {
-		b.high = b.used
 		select {
 		case b.release <- struct{}{}:
 		default:
@@ -122,6 +122,14 @@ func (b *Budget) give(n int64) {
 		close(b.changed)
 		b.changed = make(chan struct{})
 	}
+}
+
+// released records that memory was handed back to the system: the high
+// mark starts again from what is used now.
+func (b *Budget) released() {
+	b.mu.Lock()
+	b.high = b.used
+	b.mu.Unlock()
 }
 
 // takeOrWait charges n more bytes if they fit (in the whole budget for a

@@ -51,8 +51,12 @@ func (l Limits) withDefaults() Limits {
 
 // releaseDelay is how long the registry waits, once much retained memory
 // was let go, before it hands memory back to the system: a burst of
-// streams ending is one release, not one per stream.
-const releaseDelay = 200 * time.Millisecond
+// streams ending is one release, not one per stream. releaseEvery bounds
+// how often it does (each release runs the collector).
+const (
+	releaseDelay = 200 * time.Millisecond
+	releaseEvery = time.Second
+)
 
 // reclaimEvery bounds how often writers waiting for memory scan every
 // stream for memory to let go.
@@ -217,6 +221,7 @@ func (r *Registry) sweep(every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var release <-chan time.Time
+	var last time.Time
 	for {
 		select {
 		case <-r.stop:
@@ -225,12 +230,14 @@ func (r *Registry) sweep(every time.Duration) {
 			r.forgetEnded(time.Now())
 		case <-r.budget.release:
 			if release == nil {
-				release = time.After(releaseDelay)
+				release = time.After(max(releaseDelay, time.Until(last.Add(releaseEvery))))
 			}
 		case <-release:
 			release = nil
+			r.budget.released()
 			r.budget.chunks.drain()
 			debug.FreeOSMemory()
+			last = time.Now()
 		}
 	}
 }
