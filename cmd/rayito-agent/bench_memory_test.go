@@ -141,9 +141,22 @@ func BenchmarkAgentExecChurn(b *testing.B) {
 // that write 256 MiB each and are never read (overflow drop, not
 // attached), and reports the agent's memory once they exited and settle
 // later: one retention budget for the whole agent bounds it. A request the
-// budget cannot meet is refused (`limit`) and counted.
+// budget cannot meet is refused (`limit`) and counted. It runs with the
+// default budget and with --retention-budget 1GiB.
 func BenchmarkAgentBufferHeld(b *testing.B) {
-	a := startAgentProc(b)
+	for _, tc := range []struct {
+		name  string
+		flags []string
+	}{
+		{"default-budget", nil},
+		{"budget-1GiB", []string{"--retention-budget", "1GiB"}},
+	} {
+		b.Run(tc.name, func(b *testing.B) { bufferHeld(b, tc.flags) })
+	}
+}
+
+func bufferHeld(b *testing.B, flags []string) {
+	a := startAgentProc(b, flags...)
 	rc := a.raw(b)
 	const size = 256 << 20
 	params := `"argv":["head","-c","` + strconv.Itoa(size) + `","/dev/zero"],"buffer":` + strconv.Itoa(size) + `,"overflow":"drop","attach":false`
