@@ -18,7 +18,7 @@ DEV_TOKEN_FILE := $(STATE_DIR)/dev-token
 # build and VM tools come from rootfs/deps.sh.
 TEST_PACKAGES := python3-ipykernel procps
 
-.PHONY: all build run test unit deps node-deps bench fuzz lint clean proto
+.PHONY: all build run test unit deps node-deps bench bench-agent fuzz lint clean proto
 
 all: build
 
@@ -78,11 +78,23 @@ unit: deps node-deps
 # test is everything: unit tests, then the image and the VM tests.
 test: unit e2e
 
+# bench-agent runs the headline rows: the agent as users run it (the
+# static binary, `serve` in a process of its own), each row with its
+# baselines measured in the same run (docs/benchmarks.md).
+bench-agent: deps
+	$(GO) test -run '^$$' -bench 'AgentExec$$' -benchtime 2000x -timeout 60m ./cmd/rayito-agent/
+	$(GO) test -run '^$$' -bench 'AgentOutput' -benchtime 5x -timeout 60m ./cmd/rayito-agent/
+	$(GO) test -run '^$$' -bench 'AgentPTYEcho' -benchtime 3000x -timeout 60m ./cmd/rayito-agent/
+	$(GO) test -run '^$$' -bench 'AgentMemory|AgentBufferHeld|IdleFootprint' -benchtime 1x -timeout 60m ./cmd/rayito-agent/
+	$(GO) test -run '^$$' -bench 'AgentExecChurn' -benchtime 20000x -timeout 60m ./cmd/rayito-agent/
+
+# bench is the headline rows, then every package's own benchmarks (the
+# breakdown, in process).
 # The Jupyter surfaces' benchmark also measures Debian's jupyter_server.
 BENCH_PACKAGES := python3-jupyter-server
-bench: deps
+bench: bench-agent
 	@$(MAKE) --no-print-directory deps TEST_PACKAGES="$(BENCH_PACKAGES)"
-	CGO_ENABLED=1 $(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
+	CGO_ENABLED=1 $(GO) test -run '^$$' -bench . -skip '^Benchmark(Agent|IdleFootprint)' -benchmem -timeout 60m ./...
 
 FUZZTIME ?= 30s
 fuzz:

@@ -38,6 +38,7 @@ type handle struct {
 	lazyQueued atomic.Bool // a delayed ack is queued
 	lastAck    []byte      // the last ack sent; the sender's own
 	finished   atomic.Bool
+	ended      atomic.Bool   // finished with the stream's end: acks still go out
 	done       chan struct{} // closed by finish
 	pumps      sync.WaitGroup
 	pumpsDone  chan struct{} // closed when every output callback returned
@@ -216,6 +217,7 @@ func (h *handle) finish(end *End, err error) {
 	}
 	h.end, h.err = end, err
 	h.conn = nil
+	h.ended.Store(end != nil && err == nil)
 	h.finished.Store(true)
 	close(h.done)
 	h.mu.Unlock()
@@ -252,7 +254,7 @@ func (h *handle) abandon(err error) {
 // after lazyAckDelay.
 func (h *handle) requestAck(lazy bool) {
 	switch {
-	case h.finished.Load():
+	case !h.acking():
 	case lazy:
 		if h.lazyQueued.CompareAndSwap(false, true) {
 			h.c.send.ack(h, true)
@@ -261,6 +263,11 @@ func (h *handle) requestAck(lazy bool) {
 		h.c.send.ack(h, false)
 	}
 }
+
+// acking reports whether consumed bytes are still acknowledged: while the
+// stream is attached, and after its end, so that the agent lets an ended
+// stream's buffers go as soon as everything was read.
+func (h *handle) acking() bool { return !h.finished.Load() || h.ended.Load() }
 
 // appendAck encodes the ack of the consumed cursors.
 func (h *handle) appendAck(b []byte) []byte {

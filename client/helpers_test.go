@@ -59,8 +59,10 @@ type agent struct {
 	url     string
 }
 
-func newAgent(t testing.TB) *agent {
-	streams := stream.NewRegistry(0)
+// newAgent serves a real agent in this process; limits, if given, bound
+// its retention.
+func newAgent(t testing.TB, limits ...stream.Limits) *agent {
+	streams := stream.NewRegistryWith(append(limits, stream.Limits{})[0])
 	defaults := &proc.Defaults{}
 	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
 	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)

@@ -39,14 +39,14 @@ type agentOptions struct {
 	flags  string    // more serve flags
 }
 
-// agentProc is a running agent.
-type agentProc struct {
+// testAgent is a running agent, started by startAgentWith.
+type testAgent struct {
 	url  string
 	stop func() // stops it and waits for it; also at cleanup
 }
 
 // startAgentWith runs a real agent in a child process.
-func startAgentWith(t *testing.T, token string, o agentOptions) agentProc {
+func startAgentWith(t *testing.T, token string, o agentOptions) testAgent {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func startAgentWith(t *testing.T, token string, o agentOptions) agentProc {
 		resp, err := http.Get("http://" + addr + "/health")
 		if err == nil {
 			resp.Body.Close()
-			return agentProc{url: "ws://" + addr, stop: stop}
+			return testAgent{url: "ws://" + addr, stop: stop}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("agent not up: %v", err)

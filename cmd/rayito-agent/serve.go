@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,6 +55,9 @@ type config struct {
 	codeInterpListen string
 	// envdOpen serves the envd-compatible API without a token (unsafe).
 	envdOpen bool
+	// Retention: the budget of every stream's buffers, and how many ended
+	// streams stay attachable.
+	retention stream.Limits
 }
 
 // envBool reads a boolean environment variable, or def.
@@ -93,9 +97,25 @@ func parseServe(args []string) (config, error) {
 	fs.BoolVar(&c.detectClock, "detect-clock-jump", envBool("RAYITO_DETECT_CLOCK_JUMP", true), "detect resumes from a jump between the RTC and the system clock (env RAYITO_DETECT_CLOCK_JUMP)")
 	fs.StringVar(&c.setClock, "set-clock", envOr("RAYITO_SET_CLOCK", "auto"), "set the wall clock from the host's time_unix_ns: true, false, or auto (only in a sandbox VM image) (env RAYITO_SET_CLOCK)")
 	fs.BoolVar(&c.envdOpen, "envd-open", envBool("RAYITO_ENVD_OPEN", false), "UNSAFE: serve the envd-compatible API without an access token, to anyone who reaches the port (env RAYITO_ENVD_OPEN)")
+	budgetDefault := envOr("RAYITO_RETENTION_BUDGET", "")
+	fs.StringVar(&budgetDefault, "retention-budget", budgetDefault, "memory the buffers of all streams may hold together, such as 64MiB or 1GiB (env RAYITO_RETENTION_BUDGET; default a sixteenth of memory, "+stream.FormatBytes(stream.DefaultBudget())+" here)")
+	keepDefault := envOr("RAYITO_KEEP_ENDED", strconv.Itoa(stream.DefaultMaxEnded))
+	fs.StringVar(&keepDefault, "keep-ended", keepDefault, "how many ended streams stay attachable, the oldest expiring first (env RAYITO_KEEP_ENDED)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	if budgetDefault != "" {
+		n, err := parseSize(budgetDefault)
+		if err != nil || n < stream.MinBudget {
+			return c, fmt.Errorf("--retention-budget must be a size of at least %s, such as 64MiB or 1GiB, got %q", stream.FormatBytes(stream.MinBudget), budgetDefault)
+		}
+		c.retention.Budget = n
+	}
+	keep, err := strconv.Atoi(keepDefault)
+	if err != nil || keep < 1 {
+		return c, fmt.Errorf("--keep-ended must be a whole number of at least 1, got %q", keepDefault)
+	}
+	c.retention.MaxEnded = keep
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
@@ -203,8 +223,9 @@ func run(cfg config, log *zap.Logger) error {
 		return fmt.Errorf("becoming a child subreaper: %w", err)
 	}
 	defer reaper.Close()
-	streams := stream.NewRegistry(0)
+	streams := stream.NewRegistryWith(cfg.retention)
 	defer streams.Close()
+	limitMemory(streams.Limits().Budget)
 	defaults := &proc.Defaults{}
 	defaults.Set(cfg.defaultUser, "", nil)
 	procs := proc.NewManager(streams, reaper, defaults, log.Named("proc"))
@@ -283,6 +304,11 @@ func run(cfg config, log *zap.Logger) error {
 		SetClock: setClock,
 		Metrics: func(m *endpoint.MetricsWriter) {
 			m.Metric("rayito_orphans_reaped_total", "counter", "Orphaned descendants reaped.", "", float64(reaper.Orphans()))
+			b := streams.Budget().Stats()
+			m.Metric("rayito_retention_budget_bytes", "gauge", "Memory the buffers of all streams may hold together.", "", float64(b.Limit))
+			m.Metric("rayito_retention_used_bytes", "gauge", "Retention budget in use: held by streams, or set aside by running ones.", "", float64(b.Used))
+			m.Metric("rayito_retention_ended_bytes", "gauge", "Memory held by ended streams.", "", float64(b.Ended))
+			m.Metric("rayito_streams_expired_total", "counter", "Ended streams that expired (by count, bytes, time or memory pressure).", "", float64(streams.Expired()))
 		},
 	})
 	envd := envdapi.New(envdapi.Config{
@@ -371,6 +397,38 @@ func run(cfg config, log *zap.Logger) error {
 	procs.Close()
 	watches.Close()
 	return err
+}
+
+// limitMemory gives the Go runtime a soft memory limit of the retention
+// budget plus room for the rest of the agent (unless GOMEMLIMIT sets one):
+// what the agent holds is mostly retained output, and near the limit the
+// collector works harder rather than let garbage double the heap, which
+// is what a burst's peak is otherwise made of.
+func limitMemory(budget int64) {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(budget + 32<<20)
+	}
+}
+
+// parseSize reads a size in bytes: a whole number, optionally followed by
+// B, KiB, MiB or GiB (K, M, G and KB, MB, GB mean the same).
+func parseSize(v string) (int64, error) {
+	v = strings.TrimSpace(v)
+	i := strings.IndexFunc(v, func(r rune) bool { return r < '0' || r > '9' })
+	num, unit := v, ""
+	if i >= 0 {
+		num, unit = v[:i], strings.TrimSpace(v[i:])
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	shift := map[string]uint{"": 0, "b": 0, "k": 10, "kb": 10, "kib": 10, "m": 20, "mb": 20, "mib": 20, "g": 30, "gb": 30, "gib": 30}
+	s, ok := shift[strings.ToLower(unit)]
+	if !ok || n > (1<<62)>>s {
+		return 0, fmt.Errorf("bad size %q", v)
+	}
+	return n << s, nil
 }
 
 // kernelHealth adapts the Jupyter manager to what the resume sequence and

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rayito/rayito-agent/internal/resume"
+	"github.com/rayito/rayito-agent/internal/stream"
 )
 
 // TestParseServe: defaults, environment variables and flags, and a clear
@@ -17,6 +18,19 @@ func TestParseServe(t *testing.T) {
 	}
 	if c.kernelCheck != resume.DefaultKernelCheck || c.maxIdle != 0 || !c.detectClock || c.maxHold != 8*time.Hour {
 		t.Fatalf("defaults: %+v", c)
+	}
+	if c.retention.Budget != 0 || c.retention.MaxEnded != stream.DefaultMaxEnded {
+		t.Fatalf("retention defaults: %+v", c.retention)
+	}
+	for v, want := range map[string]int64{"64MiB": 64 << 20, "1GiB": 1 << 30, "16M": 16 << 20, "9000000": 9000000, "12 mb": 12 << 20} {
+		c, err := parseServe([]string{"--retention-budget", v, "--keep-ended", "5"})
+		if err != nil || c.retention.Budget != want || c.retention.MaxEnded != 5 {
+			t.Fatalf("--retention-budget %s: %+v, %v", v, c.retention, err)
+		}
+	}
+	t.Setenv("RAYITO_RETENTION_BUDGET", "48MiB")
+	if c, err := parseServe(nil); err != nil || c.retention.Budget != 48<<20 {
+		t.Fatalf("budget from the environment: %+v, %v", c.retention, err)
 	}
 
 	t.Setenv("RAYITO_KERNEL_CHECK_TIMEOUT", "8s")
@@ -43,6 +57,12 @@ func TestParseServe(t *testing.T) {
 		{"--max-hold-seconds", "8h"},
 		{"--max-hold-seconds", "99999999999"},
 		{"--max-idle-seconds", "2592001"},
+		{"--retention-budget", "lots"},
+		{"--retention-budget", "1MiB"},
+		{"--retention-budget", "64TB"},
+		{"--retention-budget", "99999999999GiB"},
+		{"--keep-ended", "0"},
+		{"--keep-ended", "many"},
 		{"extra"},
 	} {
 		_, err := parseServe(bad)

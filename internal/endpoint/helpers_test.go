@@ -50,14 +50,16 @@ type testAgent struct {
 	url      string
 }
 
-func newTestAgent(t testing.TB) *testAgent {
-	return newTestAgentWith(t, traffic.NewCounter())
+// newTestAgent serves a real agent in this process; limits, if given,
+// bound its retention.
+func newTestAgent(t testing.TB, limits ...stream.Limits) *testAgent {
+	return newTestAgentWith(t, traffic.NewCounter(), limits...)
 }
 
 // newTestAgentWith builds an agent around counter (one on a settable clock,
 // for tests of idleness).
-func newTestAgentWith(t testing.TB, counter *traffic.Counter) *testAgent {
-	streams := stream.NewRegistry(0)
+func newTestAgentWith(t testing.TB, counter *traffic.Counter, limits ...stream.Limits) *testAgent {
+	streams := stream.NewRegistryWith(append(limits, stream.Limits{})[0])
 	defaults := &proc.Defaults{}
 	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
 	var srv *Server

@@ -54,6 +54,11 @@ func (s *Server) stream(id uint64) (*stream.Stream, error) {
 		if !s.cfg.Streams.Owns(id) {
 			return nil, wire.Errorf(wire.CodeNotFound, "no stream %d: the agent restarted since it made that stream (this is instance %s); the stream and its output are gone", id, s.instance())
 		}
+		if s.cfg.Streams.IsExpired(id) {
+			l := s.cfg.Streams.Limits()
+			return nil, wire.Errorf(wire.CodeNotFound, "stream %d expired: the agent keeps ended streams for %v, at most %d of them and %s of their output",
+				id, l.KeepEnded, l.MaxEnded, stream.FormatBytes(l.MaxEndedBytes))
+		}
 		return nil, wire.Errorf(wire.CodeNotFound, "no stream %d", id)
 	}
 	return st, nil
@@ -179,10 +184,14 @@ func (s *Server) opAck(c *call) (any, error) {
 	}
 	a := c.ss.attached(p.Stream)
 	if a == nil {
-		// The attachment may have just ended; a late ack is harmless.
-		if _, err := s.stream(p.Stream); err != nil {
+		// The attachment may have just ended: a late ack is harmless, and
+		// still tells the stream what the client has, so an ended
+		// stream's buffers can go at once.
+		st, err := s.stream(p.Stream)
+		if err != nil {
 			return nil, err
 		}
+		st.Acknowledge(p.Cursors)
 		return nil, nil
 	}
 	if err := a.att.Ack(p.Cursors); err != nil {

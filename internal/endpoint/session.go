@@ -61,6 +61,7 @@ type Session struct {
 type outFrame struct {
 	binary  bool
 	msg     []byte
+	payload []byte // when set, msg is a data frame's header and this its payload
 	release func()
 	close   bool
 }
@@ -270,12 +271,34 @@ func (ss *Session) write(f outFrame) bool {
 	if f.binary {
 		typ = websocket.MessageBinary
 	}
-	if err := ss.conn.Write(ss.ctx, typ, f.msg); err != nil {
+	var err error
+	if f.payload != nil {
+		err = ss.writeFragments(typ, f.msg, f.payload)
+	} else {
+		err = ss.conn.Write(ss.ctx, typ, f.msg)
+	}
+	if err != nil {
 		ss.conn.CloseNow()
 		return false
 	}
-	ss.srv.cfg.Traffic.Out(len(f.msg))
+	ss.srv.cfg.Traffic.Out(len(f.msg) + len(f.payload))
 	return true
+}
+
+// writeFragments writes one message from two pieces, each a fragment of
+// its own, so that neither is copied into the other.
+func (ss *Session) writeFragments(typ websocket.MessageType, head, rest []byte) error {
+	w, err := ss.conn.Writer(ss.ctx, typ)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(head); err != nil {
+		return err
+	}
+	if _, err := w.Write(rest); err != nil {
+		return err
+	}
+	return w.Close()
 }
 
 // sendControl queues a control frame; it gives up when the session ends.

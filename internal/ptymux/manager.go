@@ -110,6 +110,13 @@ func (m *Manager) Start(o Options) (*stream.Stream, error) {
 	if err != nil {
 		return nil, err
 	}
+	var reserved *stream.Reservation
+	if o.Buffer > 0 {
+		if reserved, err = m.reg.Reserve(int64(o.Buffer)); err != nil {
+			return nil, wire.Errorf(wire.CodeLimit, "buffer of %d bytes: %v", o.Buffer, err)
+		}
+		defer reserved.Release() // unless the stream was created with it
+	}
 	master, slave, err := openPair()
 	if errors.Is(err, unix.ENOSPC) {
 		return nil, wire.Errorf(wire.CodeLimit, "no pseudo-terminal left: %v", err)
@@ -129,7 +136,7 @@ func (m *Manager) Start(o Options) (*stream.Stream, error) {
 			m.log.Warn("cannot give the pty to its user", zap.String("user", res.User), zap.Error(err))
 		}
 	}
-	s, err := m.spawn(res, master, slave, cols, rows, o)
+	s, err := m.spawn(res, master, slave, cols, rows, o, reserved)
 	if err != nil {
 		master.Close()
 		return nil, err
@@ -141,7 +148,7 @@ func (m *Manager) Start(o Options) (*stream.Stream, error) {
 
 // spawn forks the program onto the slave and registers the stream. It
 // holds m.mu so that Close cannot miss a PTY started concurrently.
-func (m *Manager) spawn(res proc.Resolved, master, slave *os.File, cols, rows uint16, o Options) (*stream.Stream, error) {
+func (m *Manager) spawn(res proc.Resolved, master, slave *os.File, cols, rows uint16, o Options, reserved *stream.Reservation) (*stream.Stream, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -167,7 +174,7 @@ func (m *Manager) spawn(res proc.Resolved, master, slave *os.File, cols, rows ui
 	s := m.reg.Create(stream.Config{
 		Kind:     stream.KindPTY,
 		Channels: []stream.ChannelSpec{{Name: Channel, Unit: stream.Bytes, Policy: stream.Drop, Capacity: capacity}},
-		Pid:      pid, Tag: o.Tag, Argv: res.Argv, Control: p,
+		Pid:      pid, Tag: o.Tag, Argv: res.Argv, Control: p, Reservation: reserved,
 	})
 	p.id.Store(s.ID)
 	m.live[p] = struct{}{}

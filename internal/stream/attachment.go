@@ -43,6 +43,16 @@ type Item struct {
 	// End and Cursors describe the end (ItemEnd).
 	End     End
 	Cursors map[string]uint64
+
+	ref *chunk // the log memory Data is in (NextShared), until Release
+}
+
+// Release lets go of the log memory an item from NextShared holds; call it
+// once, when Data is no longer used. Other items need no release.
+func (it Item) Release() {
+	if it.ref != nil {
+		it.ref.unref()
+	}
 }
 
 // Attachment is one client's read position on a stream. It is used by one
@@ -83,6 +93,8 @@ func (s *Stream) Attach(from map[string]uint64, window int) (*Attachment, error)
 		l.ackLocked(a.acked[i])
 	}
 	s.attached++
+	s.atts = append(s.atts, a)
+	s.trimIfReadLocked()
 	s.notifyLocked()
 	return a, nil
 }
@@ -111,10 +123,21 @@ func (a *Attachment) Stream() *Stream { return a.s }
 // appended to dst, at most maxChunk bytes. After the ItemEnd item it
 // returns io.EOF; when ctx is done it returns ctx's error.
 func (a *Attachment) Next(ctx context.Context, dst []byte, maxChunk int) (Item, error) {
+	return a.wait(ctx, dst, maxChunk, false)
+}
+
+// NextShared is Next without the copy: Data of a data item is the log's
+// own memory (at most the rest of one of its chunks), read-only, valid
+// until the item is Released, which the caller must do once.
+func (a *Attachment) NextShared(ctx context.Context, maxChunk int) (Item, error) {
+	return a.wait(ctx, nil, maxChunk, true)
+}
+
+func (a *Attachment) wait(ctx context.Context, dst []byte, maxChunk int, shared bool) (Item, error) {
 	s := a.s
 	for {
 		s.mu.Lock()
-		item, ok := a.nextLocked(dst, maxChunk)
+		item, ok := a.nextLocked(dst, maxChunk, shared)
 		ch := s.changed
 		s.mu.Unlock()
 		if ok {
@@ -131,7 +154,7 @@ func (a *Attachment) Next(ctx context.Context, dst []byte, maxChunk int) (Item, 
 	}
 }
 
-func (a *Attachment) nextLocked(dst []byte, maxChunk int) (Item, bool) {
+func (a *Attachment) nextLocked(dst []byte, maxChunk int, shared bool) (Item, bool) {
 	s := a.s
 	if a.ended {
 		return Item{}, false
@@ -175,6 +198,12 @@ func (a *Attachment) nextLocked(dst []byte, maxChunk int) (Item, bool) {
 		size := min(uint64(room), l.end-c, uint64(maxChunk))
 		if a.cutAt != nil {
 			size = min(size, a.cutAt[i]-c)
+		}
+		if shared {
+			ch, data := l.data.slice(c, int(size))
+			ch.refs.Add(1)
+			a.next[i] += uint64(len(data))
+			return Item{Kind: ItemData, Channel: l.name, Offset: c, Data: data, ref: ch}, true
 		}
 		off := len(dst)
 		dst = slices.Grow(dst, int(size))[:off+int(size)]
@@ -230,6 +259,36 @@ func (a *Attachment) Ack(cursors map[string]uint64) error {
 			s.logs[i].ackLocked(c)
 		}
 	}
+	s.trimIfReadLocked()
+	if s.budget.short() {
+		// Writers elsewhere wait for memory: what was just acknowledged
+		// need not wait for this stream's own writer to let it go.
+		s.trimAckedLocked()
+	}
+	s.notifyLocked()
+	return nil
+}
+
+// Acknowledge records cursors a client consumed of a stream it is no
+// longer attached to (the end came before its last ack): it lets the
+// stream's buffers go sooner. Cursors beyond a channel's end, or of
+// channels the stream does not have, are refused and change nothing.
+func (s *Stream) Acknowledge(cursors map[string]uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, c := range cursors {
+		i := s.logIndex(name)
+		if i < 0 {
+			return fmt.Errorf("%w %q", ErrUnknownChannel, name)
+		}
+		if c > s.logs[i].end {
+			return fmt.Errorf("%w: ack of %s at %d, end %d", ErrCursorAhead, name, c, s.logs[i].end)
+		}
+	}
+	for name, c := range cursors {
+		s.logs[s.logIndex(name)].ackLocked(c)
+	}
+	s.trimIfReadLocked()
 	s.notifyLocked()
 	return nil
 }
@@ -293,8 +352,12 @@ func (a *Attachment) Close() {
 	}
 	a.closed = true
 	s.attached--
+	if i := slices.Index(s.atts, a); i >= 0 {
+		s.atts = slices.Delete(s.atts, i, i+1)
+	}
 	if s.attached == 0 {
 		s.lastDetach = time.Now()
 	}
+	s.trimIfReadLocked()
 	s.notifyLocked()
 }
