@@ -186,7 +186,7 @@ func TestEndedStreamsExpireOldestFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, i := range []int{5, 1, 3, 0, 4} { // ended in this order; ids are i+1
+	for _, i := range []int{5, 1, 3, 0, 4} { // ended in this order
 		ss[i].Finish(exitEnd(0))
 	}
 	// Ended: 6 (attached), 2, 4, 1, 5 → over by two: 2 and 4 expire.
@@ -195,7 +195,9 @@ func TestEndedStreamsExpireOldestFirst(t *testing.T) {
 			t.Fatalf("stream %d kept %v, want %v", ss[i].ID, got, want)
 		}
 	}
-	if !r.IsExpired(2) || !r.IsExpired(4) || r.IsExpired(1) || r.IsExpired(3) || r.IsExpired(7) || r.IsExpired(0) {
+	id := func(i int) uint64 { return ss[i].ID }
+	next := ss[5].ID + 1 // the id the registry would issue next
+	if !r.IsExpired(id(1)) || !r.IsExpired(id(3)) || r.IsExpired(id(0)) || r.IsExpired(id(2)) || r.IsExpired(next) || r.IsExpired(0) {
 		t.Fatal("IsExpired does not tell expired ids from kept ones and ones never issued")
 	}
 	if r.Expired() != 2 {
@@ -203,7 +205,7 @@ func TestEndedStreamsExpireOldestFirst(t *testing.T) {
 	}
 	held.Close()
 	ss[2].Finish(exitEnd(0)) // one more: the oldest idle one is 6, now detached
-	if r.Get(6) != nil || r.Get(1) == nil || r.Get(3) == nil {
+	if r.Get(id(5)) != nil || r.Get(id(0)) == nil || r.Get(id(2)) == nil {
 		t.Fatal("after its detach the oldest ended stream should expire first")
 	}
 }
