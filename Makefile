@@ -9,14 +9,16 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 BIN := bin/rayito-agent
 LISTEN ?= 127.0.0.1:49983
 STATE_DIR ?= $(CURDIR)/build/state
-# A development token; set RAYITO_ACCESS_TOKEN to choose your own.
-DEV_TOKEN := $(or $(RAYITO_ACCESS_TOKEN),dev-$(shell head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n'))
+# make run's token: RAYITO_ACCESS_TOKEN if set, else one made once and
+# kept in the state directory (mode 0600), so an exported token still
+# works after a restart.
+DEV_TOKEN_FILE := $(STATE_DIR)/dev-token
 
 # Debian packages the unit tests need: a real ipykernel and ps; the image
 # build and VM tools come from rootfs/deps.sh.
 TEST_PACKAGES := python3-ipykernel procps
 
-.PHONY: all build run test unit deps node-deps bench fuzz lint clean
+.PHONY: all build run test unit deps node-deps bench bench-agent fuzz lint clean proto
 
 all: build
 
@@ -31,12 +33,18 @@ build: $(BIN)
 AGENT := $(BIN)
 include rootfs/Makefile.inc
 
+# The agent leaves this machine's clock alone (--set-clock=false): that
+# is only its job inside a sandbox VM.
 run: build
 	@mkdir -p $(STATE_DIR)
-	@echo "rayito-agent $(VERSION) on ws://$(LISTEN)"
-	@echo "token: $(DEV_TOKEN)"
-	@echo "try:   RAYITO_ACCESS_TOKEN=$(DEV_TOKEN) $(BIN) exec --url ws://$(LISTEN) -- echo hello"
-	RAYITO_ACCESS_TOKEN=$(DEV_TOKEN) $(BIN) serve --listen $(LISTEN) --state-dir $(STATE_DIR) --log-level info
+	@if [ -z "$$RAYITO_ACCESS_TOKEN" ] && [ ! -s $(DEV_TOKEN_FILE) ]; then \
+		(umask 077; echo "dev-$$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')" > $(DEV_TOKEN_FILE)); fi
+	@token="$${RAYITO_ACCESS_TOKEN:-$$(cat $(DEV_TOKEN_FILE))}"; \
+	echo "rayito-agent $(VERSION) on ws://$(LISTEN)"; \
+	echo "token: $$token"; \
+	echo "try:   export RAYITO_ACCESS_TOKEN=$$token"; \
+	echo "       $(BIN) exec --url ws://$(LISTEN) -- echo hello"; \
+	RAYITO_ACCESS_TOKEN=$$token exec $(BIN) serve --listen $(LISTEN) --state-dir $(STATE_DIR) --log-level info --set-clock=false
 
 # deps installs what the tests need, only when something is missing.
 deps: rootfs-deps
@@ -70,8 +78,23 @@ unit: deps node-deps
 # test is everything: unit tests, then the image and the VM tests.
 test: unit e2e
 
-bench: deps
-	CGO_ENABLED=1 $(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
+# bench-agent runs the headline rows: the agent as users run it (the
+# static binary, `serve` in a process of its own), each row with its
+# baselines measured in the same run (docs/benchmarks.md).
+bench-agent: deps
+	$(GO) test -run '^$$' -bench 'AgentExec$$' -benchtime 2000x -timeout 60m ./cmd/rayito-agent/
+	$(GO) test -run '^$$' -bench 'AgentOutput' -benchtime 5x -timeout 60m ./cmd/rayito-agent/
+	$(GO) test -run '^$$' -bench 'AgentPTYEcho' -benchtime 3000x -timeout 60m ./cmd/rayito-agent/
+	$(GO) test -run '^$$' -bench 'AgentMemory|AgentBufferHeld|IdleFootprint' -benchtime 1x -timeout 60m ./cmd/rayito-agent/
+	$(GO) test -run '^$$' -bench 'AgentExecChurn' -benchtime 20000x -timeout 60m ./cmd/rayito-agent/
+
+# bench is the headline rows, then every package's own benchmarks (the
+# breakdown, in process).
+# The Jupyter surfaces' benchmark also measures Debian's jupyter_server.
+BENCH_PACKAGES := python3-jupyter-server
+bench: bench-agent
+	@$(MAKE) --no-print-directory deps TEST_PACKAGES="$(BENCH_PACKAGES)"
+	CGO_ENABLED=1 $(GO) test -run '^$$' -bench . -skip '^Benchmark(Agent|IdleFootprint)' -benchmem -timeout 60m ./...
 
 FUZZTIME ?= 30s
 fuzz:
@@ -84,3 +107,25 @@ lint:
 
 clean:
 	rm -rf bin build
+
+# proto regenerates the Go code of the envd-compatible API from our .proto
+# files; the generated code is committed, so only changing a .proto needs
+# it. The generators are pinned to the versions in go.mod, and protoc (with
+# the well-known types) comes from Debian.
+PROTO_DIR := internal/envdapi/proto
+GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
+proto:
+	@command -v protoc >/dev/null && [ -f /usr/include/google/protobuf/timestamp.proto ] || { \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y --no-install-recommends protobuf-compiler libprotobuf-dev || \
+		{ apt-get update && apt-get install -y --no-install-recommends protobuf-compiler libprotobuf-dev; }; }
+	@$(GOBIN_DIR)/protoc-gen-go --version 2>/dev/null | grep -q ' $(PROTOC_GEN_GO_VERSION)$$' || \
+		$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	@$(GOBIN_DIR)/protoc-gen-connect-go --version 2>/dev/null | grep -q '$(PROTOC_GEN_CONNECT_GO_VERSION:v%=%)$$' || \
+		$(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
+	PATH=$(GOBIN_DIR):$$PATH protoc -I $(PROTO_DIR) -I /usr/include \
+		--go_out=. --go_opt=module=github.com/rayito/rayito-agent \
+		--connect-go_out=. --connect-go_opt=module=github.com/rayito/rayito-agent \
+		$$(cd $(PROTO_DIR) && find . -name '*.proto' | sed 's|^\./||' | sort)

@@ -3,12 +3,14 @@ module github.com/rayito/rayito-agent
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/coder/websocket v1.8.15
 	github.com/creack/pty v1.1.24
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-zeromq/zmq4 v0.17.0
 	go.uber.org/zap v1.28.0
 	golang.org/x/sys v0.50.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (

@@ -26,6 +26,11 @@ type AttachOptions struct {
 	// Window is the unacknowledged bytes the agent may send per channel:
 	// 0 picks the default (1 MiB), NoWindow none.
 	Window int
+	// Instance, when set, is the agent run the stream belongs to (the
+	// Client.Instance it was made under): an agent that restarted since
+	// refuses the attach (not_found) instead of matching Pid or Tag
+	// against its new streams.
+	Instance string
 	// OnStdout and OnStderr work as in ExecOptions (Attach only).
 	OnStdout, OnStderr func([]byte)
 	// OnOutput works as in PTYOptions (AttachPTY only).
@@ -84,6 +89,9 @@ func (c *Client) attach(ctx context.Context, o AttachOptions, want Kind, outs ou
 		p.Window = &window
 	}
 	p.From = o.From
+	if o.Instance != "" {
+		p.Instance = &o.Instance
+	}
 	var h *handle
 	var r attachResult
 	_, err := c.call(ctx, "attach", p, callOpts{retry: true, onResult: func(cn *conn, res json.RawMessage, abandoned bool) error {
@@ -117,6 +125,9 @@ type created struct {
 	Pid    int    `json:"pid"`
 	Kernel string `json:"kernel"`
 	Hold   string `json:"hold"`
+	Path   string `json:"path"`   // file transfers
+	Size   *int64 `json:"size"`   // file_read: bytes to come, nil for unknown
+	Window int    `json:"window"` // file_write: input in flight at most
 }
 
 // create runs an op that creates a stream (exec, pty, watch, execute) and
@@ -124,6 +135,12 @@ type created struct {
 // never re-sent: if the connection drops before the answer, the stream
 // may or may not exist.
 func (c *Client) create(ctx context.Context, op string, params any, kind Kind, outs outputs) (*handle, created, error) {
+	return c.createWith(ctx, op, params, kind, outs, nil)
+}
+
+// createWith is create with setup run on the new handle before it is
+// registered (before any frame or reattach can reach it).
+func (c *Client) createWith(ctx context.Context, op string, params any, kind Kind, outs outputs, setup func(*handle, created)) (*handle, created, error) {
 	var h *handle
 	var r created
 	_, err := c.call(ctx, op, params, callOpts{onResult: func(cn *conn, res json.RawMessage, abandoned bool) error {
@@ -139,6 +156,9 @@ func (c *Client) create(ctx context.Context, op string, params any, kind Kind, o
 			return nil
 		}
 		h, r = newHandle(c, cn, got.Stream, kind, defaultWindow, nil, outs), got
+		if setup != nil {
+			setup(h, got)
+		}
 		c.addHandle(h)
 		return nil
 	}})

@@ -86,6 +86,8 @@ type Client struct {
 	handles map[uint64]*handle
 	failed  error // set for good: ErrClosed, or reconnecting gave up
 	closed  bool
+
+	instance string // the agent run of the current (or last) connection
 }
 
 // pending is a request waiting for its response.
@@ -172,6 +174,15 @@ func (c *Client) Generation() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.gen
+}
+
+// Instance is the id of the agent run that answered the current (or last)
+// connection. It changes when the agent restarts (its streams are then
+// gone), not when its VM resumes.
+func (c *Client) Instance() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.instance
 }
 
 // Close ends the connection and fails every handle and pending call with

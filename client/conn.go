@@ -31,12 +31,14 @@ const (
 // conn is one websocket connection. Its reader goroutine is the only
 // reader; writes may come from any goroutine (the library serializes them).
 type conn struct {
-	c    *Client
-	ws   *websocket.Conn
-	gen  uint64
-	done chan struct{}            // closed when the reader ended
-	hdr  [wire.MaxDataHeader]byte // reader goroutine: head of a data frame
-	text []byte                   // reader goroutine: one control frame
+	c     *Client
+	ws    *websocket.Conn
+	batch *batchConn // nil: writes are not gathered
+	gen   uint64
+	inst  string                   // the agent run that answered
+	done  chan struct{}            // closed when the reader ended
+	hdr   [wire.MaxDataHeader]byte // reader goroutine: head of a data frame
+	text  []byte                   // reader goroutine: one control frame
 }
 
 // head is what every control frame is first decoded into.
@@ -53,6 +55,7 @@ type helloMsg struct {
 	Protocol   int    `json:"protocol"`
 	Version    string `json:"version"`
 	Generation uint64 `json:"generation"`
+	Instance   string `json:"instance"`
 }
 
 type gapMsg struct {
@@ -67,8 +70,9 @@ func (c *Client) dial(ctx context.Context) (*conn, error) {
 	if token := c.accessToken(); token != "" {
 		hdr.Set("Authorization", "Bearer "+token)
 	}
+	hc, batch := batchingClient(c.opts.HTTPClient)
 	ws, resp, err := websocket.Dial(ctx, c.wsURL, &websocket.DialOptions{
-		HTTPClient: c.opts.HTTPClient, HTTPHeader: hdr, Subprotocols: []string{subprotocol},
+		HTTPClient: hc, HTTPHeader: hdr, Subprotocols: []string{subprotocol},
 	})
 	if err != nil {
 		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
@@ -98,7 +102,7 @@ func (c *Client) dial(ctx context.Context) (*conn, error) {
 		ws.CloseNow()
 		return nil, fmt.Errorf("client: agent speaks protocol %d, this client 1", h.Protocol)
 	}
-	return &conn{c: c, ws: ws, gen: h.Generation, done: make(chan struct{})}, nil
+	return &conn{c: c, ws: ws, batch: batch(), gen: h.Generation, inst: h.Instance, done: make(chan struct{})}, nil
 }
 
 // install makes cn the current connection and starts its reader; false
@@ -110,7 +114,7 @@ func (c *Client) install(cn *conn) bool {
 		cn.ws.CloseNow()
 		return false
 	}
-	c.cur, c.gen = cn, cn.gen
+	c.cur, c.gen, c.instance = cn, cn.gen, cn.inst
 	c.changedLocked()
 	c.wg.Add(1)
 	if c.opts.PingInterval > 0 {
@@ -149,7 +153,15 @@ func (c *Client) heartbeat(cn *conn) {
 func (cn *conn) write(typ websocket.MessageType, msg []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cn.c.opts.WriteTimeout)
 	defer cancel()
-	return cn.ws.Write(ctx, typ, msg)
+	if cn.batch == nil {
+		return cn.ws.Write(ctx, typ, msg)
+	}
+	cn.batch.begin()
+	err := cn.ws.Write(ctx, typ, msg)
+	if ferr := cn.batch.end(cn.c.opts.WriteTimeout); err == nil {
+		err = ferr
+	}
+	return err
 }
 
 func (cn *conn) writeText(msg []byte) error { return cn.write(websocket.MessageText, msg) }

@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 )
 
 // Sentinel errors callers branch on with errors.Is.
@@ -16,6 +17,11 @@ var (
 	ErrClosed = errors.New("client: closed")
 	// ErrUnauthorized is returned by Dial when the agent refuses the token.
 	ErrUnauthorized = errors.New("client: access token refused (HTTP 401)")
+	// ErrAgentRestarted fails every handle that was live when the client
+	// reconnected to a new run of the agent (another instance): that
+	// agent's streams ended with it, and output not yet received is lost.
+	// The client itself goes on working with the new agent.
+	ErrAgentRestarted = errors.New("client: the agent restarted: its streams ended and output not yet received is lost")
 	// ErrDetached is returned by a handle's readers and Wait after Detach.
 	ErrDetached = errors.New("client: detached from the stream")
 	// ErrProtocol means the agent sent something the protocol forbids,
@@ -44,6 +50,8 @@ const (
 	CodeLimit       Code = "limit"
 	CodeUnavailable Code = "unavailable"
 	CodeInternal    Code = "internal"
+	// CodePermissionDenied: the user the op ran as may not do it.
+	CodePermissionDenied Code = "permission_denied"
 )
 
 // Error is an error the agent answered with.
@@ -56,6 +64,19 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return "agent: " + string(e.Code) + ": " + e.Message }
+
+// Is lets errors.Is match file errors with the io/fs ones:
+// fs.ErrNotExist for CodeNotFound, fs.ErrPermission for
+// CodePermissionDenied.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case fs.ErrNotExist:
+		return e.Code == CodeNotFound
+	case fs.ErrPermission:
+		return e.Code == CodePermissionDenied
+	}
+	return false
+}
 
 // HasCode reports whether err is an agent *Error with the given code.
 func HasCode(err error, code Code) bool {

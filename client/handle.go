@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +17,7 @@ import (
 )
 
 // outputs are callbacks that consume byte channels, by channel number.
-type outputs [wire.ChanPTY + 1]func([]byte)
+type outputs [wire.ChanData + 1]func([]byte)
 
 // handle is the client side of one attachment, whatever the stream's kind:
 // per-channel buffers fed by the reader goroutine, the end state, and the
@@ -27,13 +28,17 @@ type handle struct {
 	id     uint64
 	kind   Kind
 	window int // the attachment's window as the protocol counts it; 0: none
-	bytes  [wire.ChanPTY + 1]*byteChan
+	bytes  [wire.ChanData + 1]*byteChan
 	events *eventChan
+	// onAttach, if set, gets each reattach's result on the reader
+	// goroutine, before the stream's first frame on that connection.
+	onAttach func(res json.RawMessage)
 
 	ackQueued  atomic.Bool // an immediate ack is queued
 	lazyQueued atomic.Bool // a delayed ack is queued
 	lastAck    []byte      // the last ack sent; the sender's own
 	finished   atomic.Bool
+	ended      atomic.Bool   // finished with the stream's end: acks still go out
 	done       chan struct{} // closed by finish
 	pumps      sync.WaitGroup
 	pumpsDone  chan struct{} // closed when every output callback returned
@@ -212,6 +217,7 @@ func (h *handle) finish(end *End, err error) {
 	}
 	h.end, h.err = end, err
 	h.conn = nil
+	h.ended.Store(end != nil && err == nil)
 	h.finished.Store(true)
 	close(h.done)
 	h.mu.Unlock()
@@ -248,7 +254,7 @@ func (h *handle) abandon(err error) {
 // after lazyAckDelay.
 func (h *handle) requestAck(lazy bool) {
 	switch {
-	case h.finished.Load():
+	case !h.acking():
 	case lazy:
 		if h.lazyQueued.CompareAndSwap(false, true) {
 			h.c.send.ack(h, true)
@@ -257,6 +263,11 @@ func (h *handle) requestAck(lazy bool) {
 		h.c.send.ack(h, false)
 	}
 }
+
+// acking reports whether consumed bytes are still acknowledged: while the
+// stream is attached, and after its end, so that the agent lets an ended
+// stream's buffers go as soon as everything was read.
+func (h *handle) acking() bool { return !h.finished.Load() || h.ended.Load() }
 
 // appendAck encodes the ack of the consumed cursors.
 func (h *handle) appendAck(b []byte) []byte {

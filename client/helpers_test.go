@@ -18,6 +18,7 @@ import (
 
 	"github.com/rayito/rayito-agent/client"
 	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/ptymux"
@@ -58,8 +59,10 @@ type agent struct {
 	url     string
 }
 
-func newAgent(t testing.TB) *agent {
-	streams := stream.NewRegistry(0)
+// newAgent serves a real agent in this process; limits, if given, bound
+// its retention.
+func newAgent(t testing.TB, limits ...stream.Limits) *agent {
+	streams := stream.NewRegistryWith(append(limits, stream.Limits{})[0])
 	defaults := &proc.Defaults{}
 	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
 	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
@@ -73,8 +76,13 @@ func newAgent(t testing.TB) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fm, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir(),
+		EndCode: func(err error) string { return string(endpoint.FileErrorCode(err)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv = endpoint.New(endpoint.Config{Version: "test", Auth: endpoint.NewAuth(testToken), Streams: streams,
-		Procs: procs, PTYs: ptys, Watches: watches, Kernels: kernels, Resume: resumer, Defaults: defaults,
+		Procs: procs, PTYs: ptys, Watches: watches, Kernels: kernels, Files: fm, Resume: resumer, Defaults: defaults,
 		SetClock: func(time.Time) error { return nil }})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
@@ -86,6 +94,7 @@ func newAgent(t testing.TB) *agent {
 		ptys.Close()
 		watches.Close()
 		procs.Close()
+		fm.Close()
 		streams.Close()
 	})
 	return &agent{srv: srv, http: hs, streams: streams, kernels: kernels, resume: resumer, url: "ws" + strings.TrimPrefix(hs.URL, "http")}
@@ -238,7 +247,10 @@ func (p *tcpProxy) accept() {
 		if err != nil {
 			return
 		}
-		up, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		up, err := net.Dial("tcp", target)
 		if err != nil {
 			down.Close()
 			continue
@@ -270,6 +282,14 @@ func (p *tcpProxy) pipe(dst, src net.Conn, swallow, stalled *atomic.Bool) {
 	}
 	dst.Close()
 	src.Close()
+}
+
+// retarget sends new connections to addr; "" refuses them (closes each
+// at once), as an agent that is down would.
+func (p *tcpProxy) retarget(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = addr
 }
 
 // stall makes every connection through the proxy go silent both ways

@@ -41,6 +41,7 @@ func (c *Client) List(ctx context.Context, kind Kind) ([]StreamInfo, error) {
 type Health struct {
 	Status           string         `json:"status"`
 	Version          string         `json:"version"`
+	Instance         string         `json:"instance"`
 	ResumeGeneration uint64         `json:"resume_generation"`
 	KernelStateLost  bool           `json:"kernel_state_lost"`
 	Kernels          []KernelHealth `json:"kernels"`

@@ -19,6 +19,29 @@ import (
 // seconds to import, and much longer when tests load both cores.
 const kernelWait = 120 * time.Second
 
+// answerWait bounds what a running kernel does at once (end a cell it
+// was interrupted in, abort one that timed out after its 5 s fallback),
+// so a missing answer fails the test instead of hanging it for minutes.
+const answerWait = 30 * time.Second
+
+// stopCell interrupts a cell that is still running, then restarts the
+// kernel if that did not end it, so later cells are not stuck behind it.
+func stopCell(k *client.Kernel, cell *client.Cell) {
+	select {
+	case <-cell.Done():
+		return
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), answerWait)
+	defer cancel()
+	k.Interrupt(ctx)
+	select {
+	case <-cell.Done():
+	case <-time.After(answerWait / 2):
+		k.Restart(ctx)
+	}
+}
+
 func ctxKernel(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), kernelWait)
 	t.Cleanup(cancel)
@@ -142,15 +165,25 @@ func TestKernelCells(t *testing.T) {
 		ctx := ctxKernel(t)
 		cell, err := k.Run(ctx, "print('spinning', flush=True)\nwhile True: pass", client.ExecuteOptions{})
 		must(t, err)
+		// Whatever fails below, the loop must not hold the kernel: the
+		// next subtests' cells would wait behind it.
+		t.Cleanup(func() { stopCell(k, cell) })
 		if cell.Kernel() == "" || cell.Stream() == 0 {
 			t.Fatalf("kernel %q, stream %d", cell.Kernel(), cell.Stream())
 		}
-		ev, err := cell.Next(ctx)
-		if err != nil || ev.Type != client.CellStdout || ev.Text != "spinning\n" || ev.Seq != 1 {
-			t.Fatalf("first event %+v %v", ev, err)
+		// One print may come as several stream messages.
+		var out string
+		for want := uint64(1); out != "spinning\n"; want++ {
+			ev, err := cell.Next(ctx)
+			if err != nil || ev.Type != client.CellStdout || ev.Seq != want || !strings.HasPrefix("spinning\n", out+ev.Text) {
+				t.Fatalf("event %d: %+v %v (stdout so far %q)", want, ev, err, out)
+			}
+			out += ev.Text
 		}
 		must(t, k.Interrupt(ctx))
-		ex, err := cell.Wait(ctx)
+		actx, cancel := context.WithTimeout(ctx, answerWait) // a lost interrupt fails here
+		defer cancel()
+		ex, err := cell.Wait(actx)
 		if err != nil || ex.Status != client.StatusError || ex.Error == nil || ex.Error.Name != "KeyboardInterrupt" || ex.Stdout != "spinning\n" {
 			t.Fatalf("interrupted cell: %+v %v", ex, err)
 		}
@@ -160,7 +193,12 @@ func TestKernelCells(t *testing.T) {
 	})
 
 	t.Run("timeout", func(t *testing.T) {
-		ex := execute(t, k, "import time\ntime.sleep(60)", client.ExecuteOptions{Timeout: 300 * time.Millisecond})
+		ctx, cancel := context.WithTimeout(ctxKernel(t), answerWait)
+		defer cancel()
+		ex, err := k.Execute(ctx, "import time\ntime.sleep(60)", client.ExecuteOptions{Timeout: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatalf("timed out cell: %v", err)
+		}
 		if ex.Status != client.StatusAborted || !strings.Contains(ex.Message, "timed out") {
 			t.Fatalf("timed out cell: %+v", ex)
 		}

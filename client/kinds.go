@@ -12,11 +12,13 @@ const (
 type Kind string
 
 const (
-	KindProcess  Kind = "process"
-	KindPTY      Kind = "pty"
-	KindWatch    Kind = "watch"
-	KindCell     Kind = "cell"
-	KindChannels Kind = "kernel_channels"
+	KindProcess   Kind = "process"
+	KindPTY       Kind = "pty"
+	KindWatch     Kind = "watch"
+	KindCell      Kind = "cell"
+	KindChannels  Kind = "kernel_channels"
+	KindFileRead  Kind = "file_read"
+	KindFileWrite Kind = "file_write"
 )
 
 // Reason is why a stream, or one attachment to it, ended.
@@ -39,6 +41,14 @@ type End struct {
 	ExecutionCount *int              `json:"execution_count"` // done
 	Message        string            `json:"message"`
 	Cursors        map[string]uint64 `json:"cursors"`
+	// Code is the protocol error code of a failed file transfer.
+	Code Code `json:"code"`
+	// Size is a file transfer's byte count; SHA256 (hex), Path and
+	// Created describe the file an upload committed.
+	Size    *int64 `json:"size"`
+	SHA256  string `json:"sha256"`
+	Path    string `json:"path"`
+	Created bool   `json:"created"`
 }
 
 // channelsOf lists a kind's byte channels and whether it has an event
@@ -49,7 +59,9 @@ func channelsOf(k Kind) ([]byte, bool) {
 		return []byte{wire.ChanStdout, wire.ChanStderr}, false
 	case KindPTY:
 		return []byte{wire.ChanPTY}, false
-	case KindWatch, KindCell, KindChannels:
+	case KindFileRead:
+		return []byte{wire.ChanData}, false
+	case KindWatch, KindCell, KindChannels, KindFileWrite:
 		return nil, true
 	}
 	return nil, false

@@ -62,10 +62,21 @@ func (c *Client) reconnect() error {
 		cancel()
 		if err == nil {
 			c.log.Debug("reconnected", zap.Uint64("generation", cn.gen))
+			c.mu.Lock()
+			prev, live := c.instance, c.liveHandlesLocked()
+			c.mu.Unlock()
 			if !c.install(cn) {
 				return ErrClosed
 			}
-			if err := c.reattachAll(cn); err != nil {
+			if cn.inst != prev {
+				// Another run of the agent: attaching its streams by
+				// the old ids would read strangers' output.
+				err := fmt.Errorf("%w (instance %s, now %s)", ErrAgentRestarted, prev, cn.inst)
+				c.log.Warn("the agent restarted: failing live handles", zap.Int("handles", len(live)))
+				for _, h := range live {
+					h.finish(nil, err)
+				}
+			} else if err := c.reattachAll(cn); err != nil {
 				// The new connection dropped too; its reader has queued
 				// another round.
 				return nil
@@ -92,10 +103,7 @@ func (c *Client) reconnect() error {
 // its reader sees one unbroken stream. It stops if cn drops.
 func (c *Client) reattachAll(cn *conn) error {
 	c.mu.Lock()
-	hs := make([]*handle, 0, len(c.handles))
-	for _, h := range c.handles {
-		hs = append(hs, h)
-	}
+	hs := c.liveHandlesLocked()
 	c.mu.Unlock()
 	for _, h := range hs {
 		if err := c.reattach(cn, h); err != nil {
@@ -120,6 +128,10 @@ func (c *Client) reattach(cn *conn, h *handle) error {
 	}
 	h.reattached()
 	p := attachParams{Stream: &h.id, From: h.cursors(false)}
+	if cn.inst != "" {
+		// The run the stream belongs to, which the agent checks as well.
+		p.Instance = &cn.inst
+	}
 	if h.window != defaultWindow {
 		p.Window = &h.window
 	}
@@ -128,6 +140,9 @@ func (c *Client) reattach(cn *conn, h *handle) error {
 			h.mu.Lock()
 			h.conn = rc
 			h.mu.Unlock()
+			if h.onAttach != nil {
+				h.onAttach(res)
+			}
 		}
 		return nil
 	}})
@@ -148,4 +163,15 @@ type attachParams struct {
 	Tag    *string           `json:"tag,omitempty"`
 	From   map[string]uint64 `json:"from,omitempty"`
 	Window *int              `json:"window,omitempty"`
+	// Instance is the agent run the stream belongs to, when known.
+	Instance *string `json:"instance,omitempty"`
+}
+
+// liveHandlesLocked lists the handles; c.mu must be held.
+func (c *Client) liveHandlesLocked() []*handle {
+	hs := make([]*handle, 0, len(c.handles))
+	for _, h := range c.handles {
+		hs = append(hs, h)
+	}
+	return hs
 }

@@ -61,6 +61,10 @@ func TestResumeKeepsEveryHandle(t *testing.T) {
 	must(t, err)
 
 	started := []*progress{newProgress(n / 5), newProgress(n / 5), newProgress(n / 5)}
+	// Each reader closes its done when it stops, so a reader that fails
+	// before the resume fails the test at once instead of leaving it
+	// waiting for progress that never comes.
+	done := []chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})}
 	var wg sync.WaitGroup
 	var termOut []byte
 	var termErr, watchErr, makerErr error
@@ -70,12 +74,14 @@ func TestResumeKeepsEveryHandle(t *testing.T) {
 	wg.Add(4)
 	go func() {
 		defer wg.Done()
+		defer close(done[0])
 		var buf bytes.Buffer
 		_, termErr = io.Copy(io.MultiWriter(&buf, writerFunc(func(b []byte) { started[0].add(bytes.Count(b, []byte("\n"))) })), term.Output())
 		termOut = buf.Bytes()
 	}()
 	go func() {
 		defer wg.Done()
+		defer close(done[1])
 		for len(created) < n {
 			ev, err := w.Next(ctx)
 			if err != nil {
@@ -99,6 +105,7 @@ func TestResumeKeepsEveryHandle(t *testing.T) {
 	}()
 	go func() {
 		defer wg.Done()
+		defer close(done[2])
 		for {
 			ev, err := cell.Next(ctx)
 			if err == io.EOF {
@@ -112,8 +119,23 @@ func TestResumeKeepsEveryHandle(t *testing.T) {
 			started[2].add(strings.Count(ev.Text, "\n"))
 		}
 	}()
-	for _, p := range started {
-		<-p.wait
+	for i, p := range started {
+		select {
+		case <-p.wait:
+		case <-done[i]:
+			select {
+			case <-p.wait: // it got far enough, then finished
+			default: // its own error is set before done closes
+				switch i {
+				case 0:
+					t.Fatalf("the terminal reader stopped before the resume: %v", termErr)
+				case 1:
+					t.Fatalf("the watch reader stopped before the resume: %v", watchErr)
+				default:
+					t.Fatalf("the cell reader stopped before the resume: %v", cellErr)
+				}
+			}
+		}
 	}
 	h, err := c.Resume(ctx, client.ResumeOptions{ResumeID: "resume-1"})
 	if err != nil || h.ResumeGeneration != 1 || h.LastResume == nil || h.LastResume.ResumeID != "resume-1" {
@@ -147,8 +169,11 @@ func TestResumeKeepsEveryHandle(t *testing.T) {
 	for i := range n {
 		fmt.Fprintf(&want, "%d\n", i)
 	}
-	if cellErr != nil || ex.Status != client.StatusOK || ex.Stdout != want.String() {
-		t.Errorf("cell: %v; status %s, %d bytes of stdout, want %d", cellErr, ex.Status, len(ex.Stdout), want.Len())
+	switch {
+	case cellErr != nil || ex == nil:
+		t.Errorf("cell: %v", cellErr)
+	case ex.Status != client.StatusOK || ex.Stdout != want.String():
+		t.Errorf("cell: status %s, %d bytes of stdout, want %d", ex.Status, len(ex.Stdout), want.Len())
 	}
 	if reconnects.Load() < 1 || c.Generation() != 1 {
 		t.Errorf("%d reconnects, generation %d", reconnects.Load(), c.Generation())

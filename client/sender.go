@@ -121,7 +121,7 @@ func (s *sender) run() {
 // sendAck writes h's ack unless it would repeat the last one; it returns
 // nil for the connection once a write failed.
 func (s *sender) sendAck(cn *conn, h *handle, buf []byte) ([]byte, *conn) {
-	if cn == nil || h.finished.Load() {
+	if cn == nil || !h.acking() {
 		return buf, cn
 	}
 	buf = h.appendAck(buf[:0])

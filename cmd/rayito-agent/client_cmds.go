@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -42,5 +44,24 @@ func resumeCmd(args []string) int {
 func dialAgent(url string) (*client.Client, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return client.Dial(ctx, url, client.Options{Token: os.Getenv("RAYITO_ACCESS_TOKEN")})
+	c, err := client.Dial(ctx, url, client.Options{Token: os.Getenv("RAYITO_ACCESS_TOKEN")})
+	return c, explainToken(err)
+}
+
+// host is the Host for the host calls (init, resume) with the token from
+// RAYITO_ACCESS_TOKEN.
+func host(url string) client.Host {
+	return client.Host{URL: url, Token: os.Getenv("RAYITO_ACCESS_TOKEN")}
+}
+
+// explainToken says, for a refused token, where the command took it from
+// and what to do.
+func explainToken(err error) error {
+	if !errors.Is(err, client.ErrUnauthorized) {
+		return err
+	}
+	if os.Getenv("RAYITO_ACCESS_TOKEN") == "" {
+		return fmt.Errorf("%w\nRAYITO_ACCESS_TOKEN is not set: export the agent's token (make run prints it; rayito-agent init sets one on an agent that has none)", err)
+	}
+	return fmt.Errorf("%w\nthe agent refused the token in RAYITO_ACCESS_TOKEN: export the token it was started with (make run prints it and keeps it in build/state/dev-token)", err)
 }

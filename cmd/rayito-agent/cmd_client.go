@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -40,8 +38,7 @@ func (e envList) Set(kv string) error {
 // runExec is `rayito-agent exec`: run a command in the sandbox, stream its
 // output to ours, exit with its exit code (128+n when killed by signal n).
 func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := commandFlags("exec", stderr)
 	url := fs.String("url", defaultURL, "the agent's address")
 	cwd := fs.String("cwd", "", "working directory of the command")
 	user := fs.String("user", "", "user to run the command as")
@@ -51,15 +48,8 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	keepAwake := fs.Bool("keep-awake", false, "keep the sandbox awake while the command runs, even if it prints nothing")
 	env := envList{}
 	fs.Var(env, "env", "K=V environment variable for the command (repeatable)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: rayito-agent exec [flags] -- CMD [ARG...]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
@@ -126,13 +116,13 @@ func forwardedSignal(s os.Signal) client.Signal {
 
 // runHealth is `rayito-agent health`: print the agent's /health as is.
 func runHealth(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("health", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := commandFlags("health", stderr)
 	url := fs.String("url", defaultURL, "the agent's address")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+	if code, done := parseFlags(fs, args); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
 		return 2
 	}
 	fail := func(err error) int {

@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -24,32 +26,63 @@ func TestServeHelper(t *testing.T) {
 	os.Exit(serve(strings.Fields(args)))
 }
 
-// startAgent runs a real agent in a child process and returns its URL.
-func startAgent(t *testing.T, token string) string {
+// startAgent runs a real agent in a child process and returns its URL;
+// extra are more serve flags.
+func startAgent(t *testing.T, token string, extra ...string) string {
+	return startAgentWith(t, token, agentOptions{flags: strings.Join(extra, " ")}).url
+}
+
+// agentOptions vary how startAgentWith runs the agent.
+type agentOptions struct {
+	prefix []string  // runs the agent's command line (a shell that lowers a limit first)
+	stderr io.Writer // the agent's log; nil: ours
+	flags  string    // more serve flags
+}
+
+// testAgent is a running agent, started by startAgentWith.
+type testAgent struct {
+	url  string
+	stop func() // stops it and waits for it; also at cleanup
+}
+
+// startAgentWith runs a real agent in a child process.
+func startAgentWith(t *testing.T, token string, o agentOptions) testAgent {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestServeHelper$")
+	argv := append(append([]string{}, o.prefix...), os.Args[0], "-test.run=^TestServeHelper$")
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(),
-		"RAYITO_TEST_SERVE=--listen "+addr+" --state-dir "+t.TempDir()+" --log-level warn",
+		"RAYITO_TEST_SERVE=--listen "+addr+" --state-dir "+t.TempDir()+" --log-level warn "+o.flags,
 		"RAYITO_ACCESS_TOKEN="+token)
 	cmd.Stderr = os.Stderr
+	if o.stderr != nil {
+		cmd.Stderr = o.stderr
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cmd.Process.Signal(os.Interrupt)
+			// An agent that does not stop (it ignores SIGINT: a bug a
+			// test is looking for) must not hang the tests.
+			kill := time.AfterFunc(20*time.Second, func() { cmd.Process.Kill() })
+			cmd.Wait()
+			kill.Stop()
+		})
+	}
+	t.Cleanup(stop)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get("http://" + addr + "/health")
 		if err == nil {
 			resp.Body.Close()
-			return "ws://" + addr
+			return testAgent{url: "ws://" + addr, stop: stop}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("agent not up: %v", err)

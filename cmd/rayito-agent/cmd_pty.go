@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -27,20 +25,12 @@ const eot = 0x04
 // otherwise stdin's bytes are forwarded as they are. It exits with the
 // remote program's exit code.
 func runPTY(args []string, stdin, stdout *os.File, stderr io.Writer) int {
-	fs := flag.NewFlagSet("pty", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := commandFlags("pty", stderr)
 	url := fs.String("url", defaultURL, "the agent's address")
 	user := fs.String("user", "", "user to run the program as")
 	cwd := fs.String("cwd", "", "working directory of the program")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: rayito-agent pty [flags] [-- CMD [ARG...]]   (default: the user's login shell)")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	fail := func(err error) int {
 		fmt.Fprintln(stderr, "rayito-agent pty:", err)

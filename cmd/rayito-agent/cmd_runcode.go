@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -21,16 +22,11 @@ import (
 // to stderr. input() reads a line of our stdin. SIGINT interrupts the
 // kernel. Exit code 0 if the cell's status is ok, 1 otherwise.
 func runCode(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run-code", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := commandFlags("run-code", stderr)
 	url := fs.String("url", defaultURL, "the agent's address")
 	kernel := fs.String("kernel", "", "kernel id (default: the default kernel, started on first use)")
 	timeout := fs.Duration("timeout", 0, "interrupt the cell after this long in the kernel (e.g. 30s)")
 	keepAwake := fs.Bool("keep-awake", false, "keep the sandbox awake while the cell runs, even if it prints nothing")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: rayito-agent run-code [flags] CODE   (CODE - reads it from stdin)")
-		fs.PrintDefaults()
-	}
 	code, err := parseInterleaved(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -61,26 +57,15 @@ func runCode(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 
-	printText := func(o client.Output) {
-		if s := o.Text(); s != "" {
-			fmt.Fprintln(stdout, s)
-		}
-	}
+	out := cellPrinter(stdout, stderr)
 	o := client.ExecuteOptions{
 		Timeout:   *timeout,
 		KeepAwake: *keepAwake,
 		OnStdout:  func(s string) { io.WriteString(stdout, s) },
 		OnStderr:  func(s string) { io.WriteString(stderr, s) },
-		OnResult:  printText,
-		OnDisplay: printText,
-		OnError: func(e client.ExecError) {
-			if len(e.Traceback) == 0 {
-				fmt.Fprintln(stderr, e.Error())
-			}
-			for _, line := range e.Traceback {
-				fmt.Fprintln(stderr, line)
-			}
-		},
+		OnResult:  out.output,
+		OnDisplay: out.output,
+		OnError:   out.error,
 		OnInput: func(prompt string, password bool) (string, error) {
 			io.WriteString(stderr, prompt)
 			line, err := input.ReadString('\n')
@@ -124,3 +109,53 @@ func runCode(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// cellOutput prints a cell's outputs as run-code shows them: stdout and
+// the text of results and displays to stdout, stderr and errors (with
+// their traceback) to stderr.
+type cellOutput struct {
+	stdout, stderr io.Writer
+	// colour keeps the traceback's ANSI colours: only for a terminal,
+	// where they mean something; in a file or a pipe they are noise.
+	colour bool
+}
+
+func cellPrinter(stdout, stderr io.Writer) cellOutput {
+	f, ok := stderr.(*os.File)
+	return cellOutput{stdout: stdout, stderr: stderr, colour: ok && isTerminal(int(f.Fd()))}
+}
+
+func (o cellOutput) output(out client.Output) {
+	if s := out.Text(); s != "" {
+		fmt.Fprintln(o.stdout, s)
+	}
+}
+
+func (o cellOutput) error(e client.ExecError) {
+	if len(e.Traceback) == 0 {
+		fmt.Fprintln(o.stderr, e.Error())
+	}
+	for _, line := range e.Traceback {
+		if !o.colour {
+			line = ansiEscape.ReplaceAllString(line, "")
+		}
+		fmt.Fprintln(o.stderr, line)
+	}
+}
+
+// event prints one event of a cell read with Next.
+func (o cellOutput) event(ev client.CellEvent) {
+	switch ev.Type {
+	case client.CellStdout:
+		io.WriteString(o.stdout, ev.Text)
+	case client.CellStderr:
+		io.WriteString(o.stderr, ev.Text)
+	case client.CellResult, client.CellDisplay:
+		o.output(client.Output{Main: ev.Main, Data: ev.Data})
+	case client.CellError:
+		o.error(client.ExecError{Name: ev.Name, Value: ev.Value, Traceback: ev.Traceback})
+	}
+}
+
+// ansiEscape matches terminal escape sequences (colours, cursor moves).
+var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;?]*[ -/]*[@-~]")

@@ -35,6 +35,10 @@ func TestRunCodeCommand(t *testing.T) {
 			if code != tc.code || out.String() != tc.stdout || !strings.Contains(errb.String(), tc.stderr) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want %d, %q, stderr containing %q", code, out.String(), errb.String(), tc.code, tc.stdout, tc.stderr)
 			}
+			// Not a terminal: a traceback's colours would be noise.
+			if strings.Contains(errb.String(), "\x1b") {
+				t.Fatalf("stderr has terminal escapes: %q", errb.String())
+			}
 		})
 	}
 }

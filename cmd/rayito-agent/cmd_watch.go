@@ -16,14 +16,9 @@ import (
 // as JSON lines until ctx ends (the watch is then removed) or the watch
 // ends on its own (the directory went away).
 func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := commandFlags("watch", stderr)
 	url := fs.String("url", defaultURL, "the agent's address")
 	recursive := fs.Bool("r", false, "watch the whole tree")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: rayito-agent watch [flags] PATH [-r]")
-		fs.PrintDefaults()
-	}
 	paths, err := parseInterleaved(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

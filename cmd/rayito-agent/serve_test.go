@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rayito/rayito-agent/internal/resume"
+	"github.com/rayito/rayito-agent/internal/stream"
 )
 
 // TestParseServe: defaults, environment variables and flags, and a clear
@@ -17,6 +18,19 @@ func TestParseServe(t *testing.T) {
 	}
 	if c.kernelCheck != resume.DefaultKernelCheck || c.maxIdle != 0 || !c.detectClock || c.maxHold != 8*time.Hour {
 		t.Fatalf("defaults: %+v", c)
+	}
+	if c.retention.Budget != 0 || c.retention.MaxEnded != stream.DefaultMaxEnded {
+		t.Fatalf("retention defaults: %+v", c.retention)
+	}
+	for v, want := range map[string]int64{"64MiB": 64 << 20, "1GiB": 1 << 30, "16M": 16 << 20, "9000000": 9000000, "12 mb": 12 << 20} {
+		c, err := parseServe([]string{"--retention-budget", v, "--keep-ended", "5"})
+		if err != nil || c.retention.Budget != want || c.retention.MaxEnded != 5 {
+			t.Fatalf("--retention-budget %s: %+v, %v", v, c.retention, err)
+		}
+	}
+	t.Setenv("RAYITO_RETENTION_BUDGET", "48MiB")
+	if c, err := parseServe(nil); err != nil || c.retention.Budget != 48<<20 {
+		t.Fatalf("budget from the environment: %+v, %v", c.retention, err)
 	}
 
 	t.Setenv("RAYITO_KERNEL_CHECK_TIMEOUT", "8s")
@@ -42,6 +56,13 @@ func TestParseServe(t *testing.T) {
 		{"--max-hold-seconds", "1.5"},
 		{"--max-hold-seconds", "8h"},
 		{"--max-hold-seconds", "99999999999"},
+		{"--max-idle-seconds", "2592001"},
+		{"--retention-budget", "lots"},
+		{"--retention-budget", "1MiB"},
+		{"--retention-budget", "64TB"},
+		{"--retention-budget", "99999999999GiB"},
+		{"--keep-ended", "0"},
+		{"--keep-ended", "many"},
 		{"extra"},
 	} {
 		_, err := parseServe(bad)
@@ -52,5 +73,20 @@ func TestParseServe(t *testing.T) {
 		if name := strings.TrimPrefix(bad[0], "--"); len(bad) == 2 && !strings.Contains(err.Error(), name) {
 			t.Errorf("%q: error %q does not name the flag", bad, err)
 		}
+	}
+}
+
+// The envd API's open mode is off unless an operator asks for it.
+func TestParseServeEnvdOpen(t *testing.T) {
+	c, err := parseServe(nil)
+	if err != nil || c.envdOpen {
+		t.Fatalf("open by default: %+v, %v", c, err)
+	}
+	t.Setenv("RAYITO_ENVD_OPEN", "true")
+	if c, err = parseServe(nil); err != nil || !c.envdOpen {
+		t.Fatalf("from the environment: %+v, %v", c, err)
+	}
+	if c, err = parseServe([]string{"--envd-open=false"}); err != nil || c.envdOpen {
+		t.Fatalf("the flag wins over the environment: %+v, %v", c, err)
 	}
 }

@@ -13,10 +13,16 @@ import (
 // several frames in flight while acks come back.
 const maxChunk = 256 << 10
 
-// frameBufs recycles data frame buffers; at full speed the agent would
-// otherwise allocate one per 256 KiB sent.
+// smallFrame is the largest payload copied, with its header, into a
+// message of its own (one websocket frame, one write: a keystroke's echo).
+// A larger payload is written straight from the log's memory, as a header
+// fragment and a payload fragment of one message: no copy, and no frame
+// buffers held for it.
+const smallFrame = 16 << 10
+
+// frameBufs recycles the buffers of small data frames.
 var frameBufs = sync.Pool{New: func() any {
-	b := make([]byte, 0, wire.MaxDataHeader+maxChunk)
+	b := make([]byte, 0, wire.MaxDataHeader+smallFrame)
 	return &b
 }}
 
@@ -92,31 +98,54 @@ func (ss *Session) attached(id uint64) *attachment {
 	return ss.atts[id]
 }
 
+// pumpAhead is how many of an attachment's frames may wait for the
+// connection's writer: one being written and one ready. The pump asks the
+// log for more only then, so what a fast producer wrote meanwhile goes out
+// in one large frame rather than in many small ones, each with its own
+// wake-ups, headers and write; an idle connection still gets each piece
+// of output at once.
+const pumpAhead = 2
+
 // pump delivers one attachment until its end item or the session's end.
 func (ss *Session) pump(a *attachment) {
 	defer ss.pumps.Done()
 	defer ss.release(a)
+	ahead := make(chan struct{}, pumpAhead)
+	written := func() { <-ahead }
 	for {
-		bp := frameBufs.Get().(*[]byte)
-		buf := (*bp)[:wire.MaxDataHeader]
-		item, err := a.att.Next(ss.ctx, buf, maxChunk)
-		if err != nil {
-			frameBufs.Put(bp)
+		select {
+		case ahead <- struct{}{}:
+		case <-ss.ctx.Done():
 			return
 		}
-		f := outFrame{}
+		item, err := a.att.NextShared(ss.ctx, maxChunk)
+		if err != nil {
+			return
+		}
+		f := outFrame{release: written}
 		switch item.Kind {
 		case stream.ItemData:
-			f.binary, f.msg = true, dataFrame(buf, a.st.ID, item)
-			f.release = func() { frameBufs.Put(bp) }
+			if len(item.Data) <= smallFrame {
+				bp := frameBufs.Get().(*[]byte)
+				f.binary, f.msg = true, append(appendOutHeader((*bp)[:0], a.st.ID, item), item.Data...)
+				item.Release()
+				f.release = func() {
+					frameBufs.Put(bp)
+					written()
+				}
+			} else {
+				hdr := appendOutHeader(make([]byte, 0, wire.MaxDataHeader), a.st.ID, item)
+				f.binary, f.msg, f.payload = true, hdr, item.Data
+				f.release = func() {
+					item.Release()
+					written()
+				}
+			}
 		case stream.ItemEvent:
-			frameBufs.Put(bp)
 			f.msg = item.Data
 		case stream.ItemGap:
-			frameBufs.Put(bp)
 			f.msg, _ = jsonBytes(map[string]any{"event": "gap", "stream": a.st.ID, "channel": item.Channel, "from": item.From, "to": item.To})
 		case stream.ItemEnd:
-			frameBufs.Put(bp)
 			f.msg = endEvent(a.st.ID, item.End, item.Cursors)
 			// Gone before the client can see the end: a client that
 			// attaches again as soon as it has the end must not find
@@ -139,19 +168,10 @@ func (ss *Session) release(a *attachment) {
 	a.att.Close()
 }
 
-// dataFrame writes the OUT header right before the payload that Next
-// appended after buf's headroom, so the payload is never copied again.
-func dataFrame(buf []byte, id uint64, item stream.Item) []byte {
+// appendOutHeader appends the OUT header of a data item.
+func appendOutHeader(dst []byte, id uint64, item stream.Item) []byte {
 	ch, _ := wire.ChannelNumber(item.Channel)
-	var hdr [wire.MaxDataHeader]byte
-	h := wire.AppendOutHeader(hdr[:0], id, ch, item.Offset)
-	if len(item.Data) > 0 && &buf[:wire.MaxDataHeader+1][wire.MaxDataHeader] != &item.Data[0] {
-		// Next had to grow the buffer; fall back to a copy.
-		return append(h, item.Data...)
-	}
-	start := wire.MaxDataHeader - len(h)
-	copy(buf[start:], h)
-	return buf[start : wire.MaxDataHeader+len(item.Data)]
+	return wire.AppendOutHeader(dst, id, ch, item.Offset)
 }
 
 func endEvent(id uint64, e stream.End, cursors map[string]uint64) []byte {

@@ -57,6 +57,8 @@ func TestOpErrors(t *testing.T) {
 		{"watch missing path", map[string]any{"op": "watch", "path": "/no/such/dir"}, "not_found"},
 		{"watch relative path", map[string]any{"op": "watch", "path": "rel/dir"}, "bad_request"},
 		{"watch a file", map[string]any{"op": "watch", "path": "/etc/passwd"}, "bad_request"},
+		{"watch NUL in path", map[string]any{"op": "watch", "path": "/tmp/a\x00b"}, "bad_request"},
+		{"attach unknown channel name", map[string]any{"op": "attach", "stream": running, "from": map[string]int{"bogus": 0}}, "bad_request"},
 		{"watch no path", map[string]any{"op": "watch"}, "bad_request"},
 		{"unwatch unknown", map[string]any{"op": "unwatch", "stream": 999999}, "not_found"},
 		{"unwatch a process", map[string]any{"op": "unwatch", "stream": running}, "bad_request"},

@@ -16,12 +16,14 @@ import (
 type Health struct {
 	Status  string `json:"status"`
 	Version string `json:"version"`
+	// Instance changes when the agent restarts, not when the VM resumes.
+	Instance string `json:"instance"`
 	resume.State
 	UptimeMs int64 `json:"uptime_ms"`
 }
 
 func (s *Server) health() Health {
-	h := Health{Status: "ok", Version: s.cfg.Version, UptimeMs: time.Since(s.started).Milliseconds()}
+	h := Health{Status: "ok", Version: s.cfg.Version, Instance: s.instance(), UptimeMs: time.Since(s.started).Milliseconds()}
 	if s.cfg.Resume != nil {
 		h.State = s.cfg.Resume.State()
 	}
@@ -29,6 +31,14 @@ func (s *Server) health() Health {
 		h.Kernels = []resume.KernelHealth{}
 	}
 	return h
+}
+
+// instance is this run's id, which stream ids carry too.
+func (s *Server) instance() string {
+	if s.cfg.Streams == nil {
+		return ""
+	}
+	return s.cfg.Streams.Instance()
 }
 
 func (s *Server) generation() uint64 {
@@ -83,6 +93,8 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	m.Metric("rayito_holds", "gauge", "Holds keeping the sandbox awake (keep_awake streams and leases).", "", float64(len(t.Holds)-pastMax))
 	m.Metric("rayito_holds_past_max", "gauge", "Holds past --max-hold-seconds, listed but no longer counting.", "", float64(pastMax))
+	m.Metric("rayito_http_connections_refused_total", "counter", "Connections over the limits, served the host routes only or closed.", "", float64(s.conns.refused.Load()))
+	m.Metric("rayito_http_connections_evicted_total", "counter", "Idle connections closed to make room for new ones.", "", float64(s.conns.evicted.Load()))
 	h := s.health()
 	m.Metric("rayito_resume_generation", "gauge", "Resumes since the first boot.", "", float64(h.Generation))
 	lost := 0.0
@@ -102,7 +114,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 			counts[fmt.Sprintf("kind=%q,state=%q", st.Kind, state)]++
 			for _, l := range st.Logs() {
 				dropped += l.Stats().Lost
-				retained += l.Retained()
+				retained += l.Memory()
 			}
 		}
 		keys := make([]string, 0, len(counts))

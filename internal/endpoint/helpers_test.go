@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/ptymux"
@@ -49,14 +50,16 @@ type testAgent struct {
 	url      string
 }
 
-func newTestAgent(t testing.TB) *testAgent {
-	return newTestAgentWith(t, traffic.NewCounter())
+// newTestAgent serves a real agent in this process; limits, if given,
+// bound its retention.
+func newTestAgent(t testing.TB, limits ...stream.Limits) *testAgent {
+	return newTestAgentWith(t, traffic.NewCounter(), limits...)
 }
 
 // newTestAgentWith builds an agent around counter (one on a settable clock,
 // for tests of idleness).
-func newTestAgentWith(t testing.TB, counter *traffic.Counter) *testAgent {
-	streams := stream.NewRegistry(0)
+func newTestAgentWith(t testing.TB, counter *traffic.Counter, limits ...stream.Limits) *testAgent {
+	streams := stream.NewRegistryWith(append(limits, stream.Limits{})[0])
 	defaults := &proc.Defaults{}
 	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
 	var srv *Server
@@ -70,8 +73,13 @@ func newTestAgentWith(t testing.TB, counter *traffic.Counter) *testAgent {
 		t.Fatal(err)
 	}
 	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: testReaper(t), Defaults: defaults})
+	fm, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir(),
+		EndCode: func(err error) string { return string(FileErrorCode(err)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv = New(Config{Version: "test", Auth: NewAuth(testToken), Streams: streams, Traffic: counter, Procs: procs,
-		PTYs: ptys, Watches: watches, Kernels: kernels,
+		PTYs: ptys, Watches: watches, Kernels: kernels, Files: fm,
 		Resume: resumer, Defaults: defaults, SetClock: func(time.Time) error { return nil }})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
@@ -83,6 +91,7 @@ func newTestAgentWith(t testing.TB, counter *traffic.Counter) *testAgent {
 		ptys.Close()
 		watches.Close()
 		procs.Close()
+		fm.Close()
 		streams.Close()
 		counter.Close()
 	})
@@ -97,9 +106,10 @@ func (c cutter) CutForResume(ctx context.Context, gen uint64) { (*c.srv).CutForR
 // rawConn is a bare websocket client that speaks frames, for testing the
 // endpoint without the SDK.
 type rawConn struct {
-	t    testing.TB
-	c    *websocket.Conn
-	next uint64
+	t     testing.TB
+	c     *websocket.Conn
+	next  uint64
+	hello map[string]any
 }
 
 func (a *testAgent) dial(t testing.TB) *rawConn {
@@ -112,8 +122,8 @@ func (a *testAgent) dial(t testing.TB) *rawConn {
 	c.SetReadLimit(wire.MaxMessage)
 	t.Cleanup(func() { c.CloseNow() })
 	rc := &rawConn{t: t, c: c}
-	if m := rc.readControl(); m["event"] != "hello" {
-		t.Fatalf("first frame is not hello: %v", m)
+	if rc.hello = rc.readControl(); rc.hello["event"] != "hello" {
+		t.Fatalf("first frame is not hello: %v", rc.hello)
 	}
 	return rc
 }
@@ -221,3 +231,13 @@ func resultStream(t testing.TB, m map[string]any) uint64 {
 }
 
 func TestMain(m *testing.M) { os.Exit(m.Run()) }
+
+// result is a response's result, failing the test on an error response.
+func result(t *testing.T, resp map[string]any) map[string]any {
+	t.Helper()
+	r, ok := resp["result"].(map[string]any)
+	if !ok {
+		t.Fatalf("no result: %v", resp)
+	}
+	return r
+}

@@ -52,15 +52,6 @@ func (a *testAgent) waitHolds(t *testing.T, n int) traffic.Snapshot {
 	}
 }
 
-func result(t *testing.T, resp map[string]any) map[string]any {
-	t.Helper()
-	r, ok := resp["result"].(map[string]any)
-	if !ok {
-		t.Fatalf("no result: %v", resp)
-	}
-	return r
-}
-
 // A silent sleep run with keep_awake keeps the sandbox awake far past a
 // 60 s policy; once it exits, the sandbox turns idle 60 s later, counted
 // from the exit, not from the last byte.

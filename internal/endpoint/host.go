@@ -1,6 +1,7 @@
 package endpoint
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/traffic"
 	"github.com/rayito/rayito-agent/internal/wire"
 )
 
@@ -22,25 +24,37 @@ type Resumer interface {
 	Resume(ctx context.Context, r resume.Report) resume.State
 }
 
-// maxHostBody bounds the bodies of host calls.
-const maxHostBody = 1 << 20
+// Bounds of the bodies of host calls: they are small, so a peer that
+// sends one slowly is cut off rather than waited for.
+const (
+	maxHostBody     = 1 << 20
+	hostBodyTimeout = 10 * time.Second
+)
 
-// decodeBody reads a JSON body strictly; an empty body is an empty object.
-func decodeBody(r *http.Request, v any) *wire.Error {
+// decodeBody reads a JSON object strictly, within hostBodyTimeout; an
+// empty body is an empty object.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) *wire.Error {
+	// The server has no read timeout (other surfaces stream bodies for
+	// minutes); this handler's own body gets one.
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(hostBodyTimeout))
 	b, err := io.ReadAll(io.LimitReader(r.Body, maxHostBody+1))
 	if err != nil {
-		return wire.Errorf(wire.CodeBadRequest, "reading body: %v", err)
+		return wire.Errorf(wire.CodeBadRequest, "reading the body: %v", err)
 	}
 	if len(b) > maxHostBody {
 		return wire.Errorf(wire.CodeLimit, "body larger than %d bytes", maxHostBody)
 	}
+	b = bytes.TrimSpace(b)
 	if len(b) == 0 {
 		return nil
+	}
+	if b[0] != '{' {
+		return wire.Errorf(wire.CodeBadRequest, "the body must be a JSON object")
 	}
 	dec := json.NewDecoder(bytesReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return wire.Errorf(wire.CodeBadRequest, "malformed body: %v", err)
+		return wire.Errorf(wire.CodeBadRequest, "malformed body: %s", wire.DescribeJSON(err))
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return wire.Errorf(wire.CodeBadRequest, "malformed body: data after the JSON object")
@@ -57,7 +71,7 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 		ResumeID   string `json:"resume_id"`
 		TimeUnixNs *int64 `json:"time_unix_ns"`
 	}
-	if e := decodeBody(r, &body); e != nil {
+	if e := decodeBody(w, r, &body); e != nil {
 		writeError(w, http.StatusBadRequest, e)
 		return
 	}
@@ -137,13 +151,23 @@ func (ss *Session) resumeCut(ctx context.Context) {
 	}
 }
 
+// initAllowed says whether r may call /v1/init: with the token, or
+// without one while no token is set and no init has succeeded yet (the
+// host's first call, which may set the token). Any later call without
+// the token could inject environment into every process.
+func (s *Server) initAllowed(r *http.Request) bool {
+	if s.cfg.Auth.IsSet() {
+		return s.cfg.Auth.Check(r)
+	}
+	return !s.initDone.Load()
+}
+
 func (s *Server) handleInit(w http.ResponseWriter, r *http.Request) {
-	s.initMu.Lock()
-	defer s.initMu.Unlock()
-	// The first call may set the token when none is configured; after
-	// that every call needs it.
-	if s.cfg.Auth.IsSet() && !s.cfg.Auth.Check(r) {
-		writeError(w, http.StatusUnauthorized, wire.Errorf(wire.CodeBadRequest, "missing or wrong access token"))
+	refuse := func() {
+		writeError(w, http.StatusUnauthorized, wire.Errorf(wire.CodeBadRequest, "missing or wrong access token (only the first /v1/init may come without one, while the agent has none)"))
+	}
+	if !s.initAllowed(r) {
+		refuse()
 		return
 	}
 	var body struct {
@@ -156,8 +180,18 @@ func (s *Server) handleInit(w http.ResponseWriter, r *http.Request) {
 			MaxIdleSeconds *int64 `json:"max_idle_seconds"`
 		} `json:"idle_policy"`
 	}
-	if e := decodeBody(r, &body); e != nil {
+	// The body is read before the lock: a caller that sends it slowly
+	// holds only its own request, never the host's.
+	if e := decodeBody(w, r, &body); e != nil {
 		writeError(w, http.StatusBadRequest, e)
+		return
+	}
+	s.initMu.Lock()
+	defer s.initMu.Unlock()
+	// Again under the lock: another init may have set the token or used
+	// the open first call meanwhile.
+	if !s.initAllowed(r) {
+		refuse()
 		return
 	}
 	// Validate everything before changing anything.
@@ -172,8 +206,8 @@ func (s *Server) handleInit(w http.ResponseWriter, r *http.Request) {
 	var idle *int64
 	if body.IdlePolicy != nil && body.IdlePolicy.MaxIdleSeconds != nil {
 		idle = body.IdlePolicy.MaxIdleSeconds
-		if *idle < 60 {
-			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "idle_policy.max_idle_seconds must be at least 60, got %d", *idle))
+		if *idle < traffic.MinIdleSeconds || *idle > traffic.MaxIdleSeconds {
+			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "idle_policy.max_idle_seconds must be from %d to %d (30 days), got %d", traffic.MinIdleSeconds, traffic.MaxIdleSeconds, *idle))
 			return
 		}
 	}
@@ -212,5 +246,6 @@ func (s *Server) handleInit(w http.ResponseWriter, r *http.Request) {
 	if body.AccessToken != nil {
 		s.cfg.Auth.Set(*body.AccessToken)
 	}
+	s.initDone.Store(true)
 	writeJSON(w, http.StatusOK, s.health())
 }

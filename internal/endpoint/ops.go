@@ -36,6 +36,8 @@ var protocolOps = []string{
 	"watch", "unwatch", "kernel_start", "kernel_list", "kernel_interrupt", "kernel_restart",
 	"kernel_shutdown", "execute", "input_reply", "kernel_channels", "jupyter_send",
 	"hold", "release",
+	"file_stat", "file_list", "file_mkdir", "file_move", "file_remove", "file_chmod", "file_chown",
+	"file_read", "file_write",
 }
 
 func (s *Server) buildOps() map[string]op {
@@ -53,6 +55,9 @@ func (s *Server) buildOps() map[string]op {
 	}
 	if s.cfg.Kernels != nil {
 		s.kernelOps(ops)
+	}
+	if s.cfg.Files != nil {
+		s.fileOps(ops)
 	}
 	for _, name := range protocolOps {
 		if _, ok := ops[name]; !ok {
@@ -129,7 +134,7 @@ func (ss *Session) orderedLoop() {
 func (ss *Session) respond(c *call, o op) {
 	result, err := o.fn(c)
 	if err != nil {
-		ss.sendControl(wire.ErrorResponse(c.req.ID, wire.AsError(err)))
+		ss.sendControl(wire.ErrorResponse(c.req.ID, protocolError(err)))
 		return
 	}
 	b, err := wire.Response(c.req.ID, result)

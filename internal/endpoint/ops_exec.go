@@ -1,8 +1,6 @@
 package endpoint
 
 import (
-	"time"
-
 	"go.uber.org/zap"
 
 	"github.com/rayito/rayito-agent/internal/proc"
@@ -63,20 +61,20 @@ func (s *Server) opExec(c *call) (any, error) {
 	case len(p.Argv) == 0:
 		return nil, wire.Errorf(wire.CodeBadRequest, "exec needs argv or cmd")
 	}
-	if p.TimeoutMs < 0 {
-		return nil, wire.Errorf(wire.CodeBadRequest, "timeout_ms must not be negative")
+	timeout, err := durationMs("timeout_ms", p.TimeoutMs)
+	if err != nil {
+		return nil, err
 	}
-	o.Timeout = time.Duration(p.TimeoutMs) * time.Millisecond
+	o.Timeout = timeout
 	policy, err := overflowParam(p.Overflow, stream.Block)
 	if err != nil {
 		return nil, err
 	}
 	o.Overflow = policy
 	if p.GraceMs != nil {
-		if *p.GraceMs < 0 {
-			return nil, wire.Errorf(wire.CodeBadRequest, "grace_ms must not be negative")
+		if o.Grace, err = durationMs("grace_ms", *p.GraceMs); err != nil {
+			return nil, err
 		}
-		o.Grace = time.Duration(*p.GraceMs) * time.Millisecond
 		if o.Grace == 0 {
 			o.Grace = -1 // explicit zero: no grace at all
 		}

@@ -112,13 +112,14 @@ func (s *Server) opExecute(c *call) (any, error) {
 	if p.Code == nil {
 		return nil, wire.Errorf(wire.CodeBadRequest, "execute needs code")
 	}
-	if p.TimeoutMs < 0 {
-		return nil, wire.Errorf(wire.CodeBadRequest, "timeout_ms must not be negative")
+	timeout, err := durationMs("timeout_ms", p.TimeoutMs)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(c.ss.ctx, kernelStartBound)
 	defer cancel()
 	return s.create(c, p.Attach, s.keepAwake(p.KeepAwake, func() (*stream.Stream, map[string]any, error) {
-		st, kernel, err := s.cfg.Kernels.Execute(ctx, p.Kernel, *p.Code, time.Duration(p.TimeoutMs)*time.Millisecond, p.AllowStdin)
+		st, kernel, err := s.cfg.Kernels.Execute(ctx, p.Kernel, *p.Code, timeout, p.AllowStdin)
 		if err != nil {
 			return nil, nil, err
 		}

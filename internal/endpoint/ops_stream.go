@@ -51,9 +51,25 @@ func (s *Server) stream(id uint64) (*stream.Stream, error) {
 	}
 	st := s.cfg.Streams.Get(id)
 	if st == nil {
+		if !s.cfg.Streams.Owns(id) {
+			return nil, wire.Errorf(wire.CodeNotFound, "no stream %d: the agent restarted since it made that stream (this is instance %s); the stream and its output are gone", id, s.instance())
+		}
+		if s.cfg.Streams.IsExpired(id) {
+			l := s.cfg.Streams.Limits()
+			return nil, wire.Errorf(wire.CodeNotFound, "stream %d expired: the agent keeps ended streams for %v, at most %d of them and %s of their output",
+				id, l.KeepEnded, l.MaxEnded, stream.FormatBytes(l.MaxEndedBytes))
+		}
 		return nil, wire.Errorf(wire.CodeNotFound, "no stream %d", id)
 	}
 	return st, nil
+}
+
+// checkInstance refuses a request made for another run of the agent.
+func (s *Server) checkInstance(instance *string) error {
+	if instance != nil && *instance != s.instance() {
+		return wire.Errorf(wire.CodeNotFound, "instance %q is gone: the agent restarted (this is instance %s); its streams and their output are gone", *instance, s.instance())
+	}
+	return nil
 }
 
 // streamResult is what ops that create or attach a stream answer.
@@ -76,8 +92,14 @@ func (s *Server) opAttach(c *call) (any, error) {
 		Tag    *string           `json:"tag"`
 		From   map[string]uint64 `json:"from"`
 		Window *int              `json:"window"`
+		// Instance, when given, must be this run's: a client that knew
+		// the agent before a restart must not read a new stream's output.
+		Instance *string `json:"instance"`
 	}
 	if err := c.params(&p); err != nil {
+		return nil, err
+	}
+	if err := s.checkInstance(p.Instance); err != nil {
 		return nil, err
 	}
 	given := 0
@@ -114,7 +136,10 @@ func (s *Server) opAttach(c *call) (any, error) {
 		return nil, err
 	}
 	c.after = start
-	return streamResult(st), nil
+	r := streamResult(st)
+	r["instance"] = s.instance()
+	c.ss.takeOver(st, r)
+	return r, nil
 }
 
 func windowParam(w *int) (int, error) {
@@ -139,6 +164,9 @@ func (s *Server) opDetach(c *call) (any, error) {
 	if a == nil {
 		return nil, wire.Errorf(wire.CodeNotFound, "stream %d is not attached on this connection", p.Stream)
 	}
+	if ab, ok := a.st.Control.(Abandoner); ok {
+		ab.Abandon(c.ss)
+	}
 	// After the response: the pump may queue the end at once, and the
 	// client must see {} first.
 	c.after = func() { a.att.Cut(stream.End{Reason: stream.ReasonClosed, Message: "detached"}) }
@@ -156,10 +184,14 @@ func (s *Server) opAck(c *call) (any, error) {
 	}
 	a := c.ss.attached(p.Stream)
 	if a == nil {
-		// The attachment may have just ended; a late ack is harmless.
-		if _, err := s.stream(p.Stream); err != nil {
+		// The attachment may have just ended: a late ack is harmless, and
+		// still tells the stream what the client has, so an ended
+		// stream's buffers can go at once.
+		st, err := s.stream(p.Stream)
+		if err != nil {
 			return nil, err
 		}
+		st.Acknowledge(p.Cursors)
 		return nil, nil
 	}
 	if err := a.att.Ack(p.Cursors); err != nil {
@@ -196,7 +228,7 @@ func (s *Server) opList(c *call) (any, error) {
 		}
 		out = append(out, e)
 	}
-	return map[string]any{"streams": out}, nil
+	return map[string]any{"streams": out, "instance": s.instance()}, nil
 }
 
 func (s *Server) opSignal(c *call) (any, error) {
@@ -291,6 +323,10 @@ func (ss *Session) handleData(msg []byte) (tooBig bool) {
 	st, err := ss.srv.stream(d.Stream)
 	if err != nil {
 		ss.sendError(wire.AsError(err), d.Stream)
+		return false
+	}
+	if in, ok := st.Control.(SessionInput); ok {
+		ss.sessionInput(st, in, d.Payload)
 		return false
 	}
 	w, ok := st.Control.(InputWriter)

@@ -43,8 +43,8 @@ func (s *Server) opUnwatch(c *call) (any, error) {
 	if err := c.params(&p); err != nil {
 		return nil, err
 	}
-	if p.Stream == 0 {
-		return nil, wire.Errorf(wire.CodeBadRequest, "missing stream")
+	if _, err := s.stream(p.Stream); err != nil {
+		return nil, err
 	}
 	return nil, s.cfg.Watches.Unwatch(p.Stream)
 }

@@ -15,10 +15,12 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/traffic"
@@ -37,6 +39,7 @@ type Config struct {
 	PTYs    PTYs
 	Watches Watches
 	Kernels Kernels
+	Files   *files.Manager
 	// Resume owns the resume generation; nil reports generation 0 and
 	// makes POST /v1/resume unsupported.
 	Resume Resumer
@@ -46,6 +49,12 @@ type Config struct {
 	SetClock func(time.Time) error
 	// Metrics adds lines to /metrics (Prometheus text format).
 	Metrics func(w *MetricsWriter)
+	// MaxConns is how many connections are served at once (see conns.go);
+	// 0 derives it from the descriptor limit (ConnLimitFor).
+	MaxConns int
+	// IdleTimeout closes idle keep-alive connections; 0 is
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
 }
 
 // Server is the HTTP endpoint. Build with New, run with Serve.
@@ -57,10 +66,13 @@ type Server struct {
 	mux     *http.ServeMux
 	methods map[string]string // each route's method, for answering the others
 	http    *http.Server
+	conns   *conns
 
 	// initMu makes each /v1/init whole: two first calls cannot both find
-	// no token and both set one.
-	initMu sync.Mutex
+	// no token and both set one. initDone: an init succeeded, so the
+	// open first call is used up.
+	initMu   sync.Mutex
+	initDone atomic.Bool
 
 	mu       sync.Mutex
 	sessions map[*Session]struct{}
@@ -93,12 +105,36 @@ func New(cfg Config) *Server {
 		{"GET", "/metrics", s.authed(s.handleMetrics)},
 		{"POST", "/v1/init", s.handleInit},
 		{"POST", "/v1/resume", s.authed(s.handleResume)},
+		{"GET", "/v1/files", s.authed(s.countHTTP(s.handleFileGet))},
+		{"HEAD", "/v1/files", s.authed(s.countHTTP(s.handleFileGet))},
+		{"PUT", "/v1/files", s.authed(s.countHTTP(s.handleFilePut))},
+		{"POST", "/v1/files", s.authed(s.countHTTP(s.handleFilePost))},
 	} {
 		s.mux.HandleFunc(rt.method+" "+rt.path, rt.h)
-		s.methods[rt.path] = rt.method
+		if m, ok := s.methods[rt.path]; ok {
+			s.methods[rt.path] = m + ", " + rt.method
+		} else {
+			s.methods[rt.path] = rt.method
+		}
 	}
 	s.mux.HandleFunc("/", s.handleNoRoute)
-	s.http = &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = ConnLimitFor(fdLimit())
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	s.conns = newConns(cfg.MaxConns, s.log)
+	// No ReadTimeout or WriteTimeout: surfaces on this listener stream
+	// for minutes (websockets, downloads, long responses). Handlers that
+	// read small bodies set their own deadline.
+	s.http = &http.Server{
+		Handler:           s.limit(s.mux),
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		ConnState:         s.conns.setState,
+		ConnContext:       connContext,
+	}
 	return s
 }
 
@@ -113,7 +149,7 @@ func (s *Server) Handler() http.Handler { return s.mux }
 
 // Serve accepts connections on l until Shutdown.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.http.Serve(l)
+	err := s.http.Serve(s.conns.listen(l))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

@@ -1,8 +1,10 @@
 package endpoint
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"sync"
 
@@ -59,6 +61,7 @@ type Session struct {
 type outFrame struct {
 	binary  bool
 	msg     []byte
+	payload []byte // when set, msg is a data frame's header and this its payload
 	release func()
 	close   bool
 }
@@ -117,7 +120,7 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 func (ss *Session) Generation() uint64 { return ss.generation }
 
 func (ss *Session) run() {
-	hello, _ := jsonBytes(map[string]any{"event": "hello", "protocol": 1, "version": ss.srv.cfg.Version, "generation": ss.generation})
+	hello, _ := jsonBytes(map[string]any{"event": "hello", "protocol": 1, "version": ss.srv.cfg.Version, "generation": ss.generation, "instance": ss.srv.instance()})
 	ss.ctrl <- outFrame{msg: hello}
 	writerDone := make(chan struct{})
 	go func() {
@@ -142,8 +145,9 @@ func (ss *Session) run() {
 func (ss *Session) readLoop() {
 	counter := ss.srv.cfg.Traffic
 	tooBig := false
+	var buf []byte
 	for {
-		typ, msg, err := ss.conn.Read(context.Background())
+		typ, msg, err := ss.readMessage(&buf)
 		if err != nil {
 			if errors.Is(err, websocket.ErrMessageTooBig) {
 				ss.log.Debug("oversized frame closed the connection", zap.Error(err))
@@ -167,6 +171,36 @@ func (ss *Session) readLoop() {
 			ss.closeWith(websocket.StatusMessageTooBig, "message too big")
 		}
 	}
+}
+
+// readMessage reads one message. A data frame is read into *buf, reused
+// for the next one (input is copied by whoever queues it), which spares
+// an upload an allocation and a zeroing per frame; a control frame gets a
+// buffer of its own, since a slow op keeps its request.
+func (ss *Session) readMessage(buf *[]byte) (websocket.MessageType, []byte, error) {
+	typ, r, err := ss.conn.Reader(context.Background())
+	if err != nil {
+		return typ, nil, err
+	}
+	b := (*buf)[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return typ, nil, err
+		}
+	}
+	if typ != websocket.MessageBinary {
+		return typ, bytes.Clone(b), nil
+	}
+	*buf = b
+	return typ, b, nil
 }
 
 // writeLoop is the only writer of the connection. Control frames always
@@ -237,12 +271,34 @@ func (ss *Session) write(f outFrame) bool {
 	if f.binary {
 		typ = websocket.MessageBinary
 	}
-	if err := ss.conn.Write(ss.ctx, typ, f.msg); err != nil {
+	var err error
+	if f.payload != nil {
+		err = ss.writeFragments(typ, f.msg, f.payload)
+	} else {
+		err = ss.conn.Write(ss.ctx, typ, f.msg)
+	}
+	if err != nil {
 		ss.conn.CloseNow()
 		return false
 	}
-	ss.srv.cfg.Traffic.Out(len(f.msg))
+	ss.srv.cfg.Traffic.Out(len(f.msg) + len(f.payload))
 	return true
+}
+
+// writeFragments writes one message from two pieces, each a fragment of
+// its own, so that neither is copied into the other.
+func (ss *Session) writeFragments(typ websocket.MessageType, head, rest []byte) error {
+	w, err := ss.conn.Writer(ss.ctx, typ)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(head); err != nil {
+		return err
+	}
+	if _, err := w.Write(rest); err != nil {
+		return err
+	}
+	return w.Close()
 }
 
 // sendControl queues a control frame; it gives up when the session ends.

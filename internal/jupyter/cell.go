@@ -32,6 +32,7 @@ type cell struct {
 	code       string
 	timeout    time.Duration
 	allowStdin bool
+	env        map[string]string // set for this cell only
 	finished   chan struct{}
 
 	mu       sync.Mutex

@@ -49,6 +49,7 @@ var errPortClash = errors.New("jupyter: kernel port taken by another process")
 // closes exited and then calls onExit.
 type instance struct {
 	pid           int
+	cwd           string       // where the process started
 	reaper        *proc.Reaper // started the process; signals its group
 	info          connInfo
 	interruptMsg  bool
@@ -61,7 +62,8 @@ type instance struct {
 	exited        chan struct{}
 	abandon       chan struct{} // closed by Manager.Close if the reaper never reports
 	abandonOnce   sync.Once
-	stopping      bool // set under Kernel.mu: the exit was asked for
+	stopping      bool          // set under Kernel.mu: the exit was asked for
+	politeStop    time.Duration // the wait after shutdown_request, before SIGTERM
 	tail          *tailBuffer
 	outDone       chan struct{}
 	outputPipe    *os.File
@@ -85,7 +87,7 @@ func (m *Manager) startInstance(ctx context.Context, ls launchSpec) (*instance, 
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "rayito-kernel-")
+	dir, err := newConnDir()
 	if err != nil {
 		return nil, fmt.Errorf("connection dir: %w", err)
 	}
@@ -111,8 +113,8 @@ func (m *Manager) startInstance(ctx context.Context, ls launchSpec) (*instance, 
 		return nil, wire.Errorf(wire.CodeUnavailable, "start kernel %s: %v", ls.spec.Name, err)
 	}
 	inst := &instance{
-		pid: pid, reaper: m.reaper, info: info, interruptMsg: ls.spec.InterruptMode == interruptMessage, dir: dir,
-		log: ls.log.With(zap.Int("pid", pid)), onExit: ls.onExit,
+		pid: pid, cwd: res.Dir, reaper: m.reaper, info: info, interruptMsg: ls.spec.InterruptMode == interruptMessage, dir: dir,
+		log: ls.log.With(zap.Int("pid", pid)), onExit: ls.onExit, politeStop: m.politeStop,
 		dialed: make(chan struct{}), exited: make(chan struct{}), abandon: make(chan struct{}),
 		tail: &tailBuffer{max: outputTail}, outDone: make(chan struct{}), outputPipe: outR,
 	}
@@ -287,7 +289,7 @@ func (inst *instance) stop(ctx context.Context, busy bool) {
 			if m, err := newMessage(inst.conn.session, "shutdown_request", nil, map[string]bool{"restart": false}); err == nil {
 				inst.conn.send(chControl, m)
 			}
-		}, stopPolite},
+		}, inst.politeStop},
 		{func() { inst.signalGroup(unix.SIGTERM) }, stopTerm},
 		{inst.kill, stopKill},
 	}

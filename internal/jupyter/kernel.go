@@ -3,6 +3,7 @@ package jupyter
 import (
 	"context"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -57,13 +58,16 @@ type Kernel struct {
 	queue   []*cell
 	running *cell
 	relays  map[*Relay]struct{}
+	// activity is when the kernel last published anything, for
+	// jupyter_server's last_activity.
+	activity time.Time
 }
 
 func newKernel(m *Manager, id string, spec *kernelspec, opts StartOptions) *Kernel {
 	k := &Kernel{
 		id: id, spec: spec, opts: opts, m: m, log: m.log.With(zap.String("kernel", id)),
 		wake: make(chan struct{}, 1), done: make(chan struct{}), closed: make(chan struct{}),
-		exec: StateStarting, relays: map[*Relay]struct{}{},
+		exec: StateStarting, relays: map[*Relay]struct{}{}, activity: time.Now(),
 	}
 	go k.run()
 	return k
@@ -81,6 +85,35 @@ func (k *Kernel) Info() KernelInfo {
 		info.Pid = k.inst.pid
 	}
 	return info
+}
+
+// Language is the kernelspec's language ("python").
+func (k *Kernel) Language() string { return k.spec.Language }
+
+// Cwd is the directory the kernel's process started in, or the one asked
+// for while it starts.
+func (k *Kernel) Cwd() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.inst != nil {
+		return k.inst.cwd
+	}
+	return k.opts.Cwd
+}
+
+// LastActivity is when the kernel last reported its state (every request
+// makes it report busy and idle), or when it was started.
+func (k *Kernel) LastActivity() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.activity
+}
+
+// Connections counts the open relays to the kernel.
+func (k *Kernel) Connections() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.relays)
 }
 
 func (k *Kernel) stateLocked() State {
@@ -124,6 +157,7 @@ func (k *Kernel) onIOPub(m *message) {
 			break
 		}
 		k.mu.Lock()
+		k.activity = time.Now()
 		switch body.ExecutionState {
 		case "idle":
 			k.exec = StateIdle

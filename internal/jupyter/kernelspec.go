@@ -33,6 +33,7 @@ type kernelspec struct {
 	Language      string            `json:"language"`
 	InterruptMode string            `json:"interrupt_mode"`
 	Env           map[string]string `json:"env"`
+	Metadata      json.RawMessage   `json:"metadata"`
 }
 
 // StandardDataDirs returns the Jupyter data directories in search order:

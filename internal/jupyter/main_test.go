@@ -23,8 +23,9 @@ import (
 // and one manager, and most share one kernel, since each start costs about
 // a second.
 var env struct {
-	reg *stream.Registry
-	mgr *Manager
+	reg    *stream.Registry
+	mgr    *Manager
+	reaper *proc.Reaper
 
 	once   sync.Once
 	shared *Kernel
@@ -35,6 +36,12 @@ var env struct {
 // because two cores run many kernels at once here.
 const waitFor = 60 * time.Second
 
+// answerBound bounds what a running kernel does at once (end a cell it
+// was interrupted in, abort one that timed out, beyond its 5 s fallback):
+// long for a loaded machine, short enough that a missing interrupt fails
+// the test well before waitFor.
+const answerBound = 15 * time.Second
+
 func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
 func runTests(m *testing.M) int {
@@ -44,6 +51,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer reaper.Close()
+	env.reaper = reaper
 	env.reg = stream.NewRegistry(0)
 	defer env.reg.Close()
 	logger := zap.NewNop()
@@ -77,7 +85,9 @@ func sharedKernel(t testing.TB) *Kernel {
 	env.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 		defer cancel()
-		env.shared, env.err = env.mgr.Start(ctx, StartOptions{})
+		// Named: an unnamed kernel could become the default one, which
+		// some tests kill.
+		env.shared, env.err = env.mgr.Start(ctx, StartOptions{Name: DefaultKernel})
 	})
 	if env.err != nil {
 		t.Fatalf("start shared kernel: %v", env.err)
@@ -90,7 +100,7 @@ func startKernel(t testing.TB) *Kernel {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	k, err := env.mgr.Start(ctx, StartOptions{})
+	k, err := env.mgr.Start(ctx, StartOptions{Name: DefaultKernel}) // never the default
 	if err != nil {
 		t.Fatalf("start kernel: %v", err)
 	}
@@ -127,6 +137,10 @@ type reader struct {
 	t    testing.TB
 	a    *stream.Attachment
 	last uint64 // seq of the last event read
+	// within, if set, bounds the wait for each event instead of waitFor:
+	// for what the kernel answers at once, so a missing answer fails the
+	// test soon instead of after a minute.
+	within time.Duration
 }
 
 func attach(t testing.TB, s *stream.Stream, from uint64) *reader {
@@ -142,11 +156,15 @@ func attach(t testing.TB, s *stream.Stream, from uint64) *reader {
 // next returns the next event, or the end (then ev is zero).
 func (r *reader) next() (event, *stream.End) {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	bound := waitFor
+	if r.within > 0 {
+		bound = r.within
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	it, err := r.a.Next(ctx, nil, 1<<20)
 	if err != nil {
-		r.t.Fatalf("stream %d: %v", r.a.Stream().ID, err)
+		r.t.Fatalf("stream %d: nothing within %v: %v", r.a.Stream().ID, bound, err)
 	}
 	switch it.Kind {
 	case stream.ItemEvent:
@@ -168,6 +186,25 @@ func (r *reader) next() (event, *stream.End) {
 		r.t.Fatalf("unexpected item %+v", it)
 	}
 	return event{}, nil
+}
+
+// untilStdout reads events until their stdout adds up to want (the
+// kernel may split one print into several messages).
+func (r *reader) untilStdout(want string) {
+	r.t.Helper()
+	var got strings.Builder
+	for got.Len() < len(want) {
+		ev, end := r.next()
+		if end != nil {
+			r.t.Fatalf("cell ended (%+v) after stdout %q, want %q", *end, got.String(), want)
+		}
+		if ev.Type == "stdout" {
+			got.WriteString(ev.Text)
+		}
+	}
+	if got.String() != want {
+		r.t.Fatalf("stdout %q, want %q", got.String(), want)
+	}
 }
 
 // all reads to the end.
@@ -238,14 +275,20 @@ func wantStatus(t testing.TB, end stream.End, status string) {
 // waitState polls List until the kernel is in state.
 func waitState(t testing.TB, id string, state State) {
 	t.Helper()
+	waitStateOn(t, env.mgr, id, state)
+}
+
+// waitStateOn waits for a kernel of manager m to be in state.
+func waitStateOn(t testing.TB, m *Manager, id string, state State) {
+	t.Helper()
 	deadline := time.Now().Add(waitFor)
 	for time.Now().Before(deadline) {
-		for _, info := range env.mgr.List() {
+		for _, info := range m.List() {
 			if info.Kernel == id && info.State == state {
 				return
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("kernel %s never became %s: %+v", id, state, env.mgr.List())
+	t.Fatalf("kernel %s never became %s: %+v", id, state, m.List())
 }

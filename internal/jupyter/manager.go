@@ -54,6 +54,9 @@ type Manager struct {
 	// newConnInfo picks a kernel's ports and key; tests make it hand out
 	// a port that is taken.
 	newConnInfo func(kernelName string) (connInfo, error)
+	// politeStop is how long a stopping kernel has to exit on its
+	// shutdown_request; tests on a loaded machine give it longer.
+	politeStop time.Duration
 
 	defMu sync.Mutex // serializes finding or starting the default kernel
 
@@ -67,7 +70,7 @@ type Manager struct {
 // NewManager returns a Manager with no kernels.
 func NewManager(o Options) *Manager {
 	m := &Manager{reg: o.Registry, reaper: o.Reaper, defaults: o.Defaults, log: o.Logger, dirs: o.DataDirs, onChange: o.OnChange, kernels: map[string]*Kernel{},
-		newConnInfo: newConnInfo}
+		newConnInfo: newConnInfo, politeStop: stopPolite}
 	if m.defaults == nil {
 		m.defaults = &proc.Defaults{}
 	}
@@ -78,12 +81,17 @@ func NewManager(o Options) *Manager {
 	if m.dirs == nil {
 		m.dirs = StandardDataDirs()
 	}
+	removeStaleConnDirs(m.log)
 	return m
 }
 
-// Start launches a kernel and returns once it answered kernel_info.
+// Start launches a kernel and returns once it answered kernel_info. A
+// kernel started without a kernelspec name while there is no default
+// kernel becomes the default: a user who starts "a kernel" and then runs
+// cells without naming one expects them on that kernel, not on a second.
 func (m *Manager) Start(ctx context.Context, o StartOptions) (*Kernel, error) {
-	if o.Name == "" {
+	unnamed := o.Name == ""
+	if unnamed {
 		o.Name = DefaultKernel
 	}
 	o.Env = maps.Clone(o.Env)
@@ -108,6 +116,13 @@ func (m *Manager) Start(ctx context.Context, o StartOptions) (*Kernel, error) {
 		return nil, err
 	}
 	k.log.Info("kernel started", zap.String("spec", spec.Name), zap.Int("pid", inst.pid))
+	if unnamed {
+		m.mu.Lock()
+		if m.def == nil && m.kernels[k.id] == k {
+			m.def = k
+		}
+		m.mu.Unlock()
+	}
 	m.changed()
 	return k, nil
 }
@@ -158,31 +173,48 @@ func idNumber(id string) int {
 	return n
 }
 
+// ExecuteOptions are the optional parts of an execution.
+type ExecuteOptions struct {
+	Timeout    time.Duration // 0: none
+	AllowStdin bool
+	// Env is set in the kernel's environment (os.environ) for this cell
+	// only and restored after it; python kernels only.
+	Env map[string]string
+}
+
 // Execute queues code on a kernel and returns the cell's stream (kind
 // cell, one "events" channel) and the kernel's id. kernelID "" is the
 // default kernel, started on first use; if it died or was lost (and does
 // not answer when probed again), a new one is started and the cell's first
 // event, on stderr, says so. timeout 0 means none.
 func (m *Manager) Execute(ctx context.Context, kernelID, code string, timeout time.Duration, allowStdin bool) (*stream.Stream, string, error) {
+	return m.ExecuteWith(ctx, kernelID, code, ExecuteOptions{Timeout: timeout, AllowStdin: allowStdin})
+}
+
+// ExecuteWith is Execute with all of its options.
+func (m *Manager) ExecuteWith(ctx context.Context, kernelID, code string, o ExecuteOptions) (*stream.Stream, string, error) {
 	if strings.TrimSpace(code) == "" {
 		return nil, "", wire.Errorf(wire.CodeBadRequest, "execute: code is empty")
 	}
-	if timeout < 0 {
+	if o.Timeout < 0 {
 		return nil, "", wire.Errorf(wire.CodeBadRequest, "execute: timeout must not be negative")
 	}
+	if err := checkEnv(o.Env); err != nil {
+		return nil, "", err
+	}
 	if kernelID == "" {
-		return m.executeDefault(ctx, code, timeout, allowStdin)
+		return m.executeDefault(ctx, code, o)
 	}
 	k, err := m.Get(kernelID)
 	if err != nil {
 		return nil, "", err
 	}
 	k.recheck(ctx)
-	s, err := k.enqueue(code, timeout, allowStdin, "")
+	s, err := k.enqueue(code, o, "")
 	return s, k.id, err
 }
 
-func (m *Manager) executeDefault(ctx context.Context, code string, timeout time.Duration, allowStdin bool) (*stream.Stream, string, error) {
+func (m *Manager) executeDefault(ctx context.Context, code string, o ExecuteOptions) (*stream.Stream, string, error) {
 	m.defMu.Lock()
 	defer m.defMu.Unlock()
 	m.mu.Lock()
@@ -191,7 +223,7 @@ func (m *Manager) executeDefault(ctx context.Context, code string, timeout time.
 	var why string
 	if old != nil {
 		old.recheck(ctx)
-		s, err := old.enqueue(code, timeout, allowStdin, "")
+		s, err := old.enqueue(code, o, "")
 		if err == nil {
 			return s, old.id, nil
 		}
@@ -211,7 +243,7 @@ func (m *Manager) executeDefault(ctx context.Context, code string, timeout time.
 		note = fmt.Sprintf("kernel restarted: previous default kernel %s %s; this cell runs on a new kernel, %s, without the old one's variables\n", old.id, why, k.id)
 		k.log.Warn("replaced the default kernel", zap.String("previous", old.id), zap.String("why", why))
 	}
-	s, err := k.enqueue(code, timeout, allowStdin, note)
+	s, err := k.enqueue(code, o, note)
 	return s, k.id, err
 }
 

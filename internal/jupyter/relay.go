@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"sync"
 
@@ -64,14 +65,24 @@ func newRelay(k *Kernel) *Relay {
 func (r *Relay) Stream() *stream.Stream { return r.s }
 
 // Send signs msg and sends it to the kernel. msg is
-// {"channel", "header", "parent_header", "metadata", "content"}; channel
-// is shell, control or stdin, and header needs at least msg_type (msg_id,
-// session, date, username and version are filled in when missing).
+// {"channel", "header", "parent_header", "metadata", "content"} with
+// optional base64 "buffers"; channel is shell, control or stdin, and
+// header needs at least msg_type (msg_id, session, date, username and
+// version are filled in when missing).
 func (r *Relay) Send(msg json.RawMessage) error {
 	var in wireMsg
 	if err := json.Unmarshal(msg, &in); err != nil {
 		return wire.Errorf(wire.CodeBadRequest, "jupyter message: %v", err)
 	}
+	m, err := in.msg()
+	if err != nil {
+		return wire.Errorf(wire.CodeBadRequest, "jupyter message: %v", err)
+	}
+	return r.SendMsg(m)
+}
+
+// SendMsg is Send for a message already split into its parts.
+func (r *Relay) SendMsg(in Msg) error {
 	ch := channel(in.Channel)
 	if ch != chShell && ch != chControl && ch != chStdin {
 		return wire.Errorf(wire.CodeBadRequest, "jupyter message: channel must be shell, control or stdin, not %q", in.Channel)
@@ -107,7 +118,7 @@ func (r *Relay) Send(msg json.RawMessage) error {
 }
 
 // toMessage validates a client's message and completes its header.
-func (r *Relay) toMessage(in wireMsg, session string) (*message, error) {
+func (r *Relay) toMessage(in Msg, session string) (*message, error) {
 	h := map[string]any{}
 	if len(in.Header) > 0 {
 		if err := json.Unmarshal(in.Header, &h); err != nil {
@@ -144,13 +155,7 @@ func (r *Relay) toMessage(in wireMsg, session string) (*message, error) {
 		}
 		*p.dst = raw
 	}
-	for i, b := range in.Buffers {
-		buf, err := base64.StdEncoding.DecodeString(b)
-		if err != nil {
-			return nil, wire.Errorf(wire.CodeBadRequest, "jupyter message: buffers[%d] is not base64: %v", i, err)
-		}
-		m.Buffers = append(m.Buffers, buf)
-	}
+	m.Buffers = in.Buffers
 	return m, nil
 }
 
@@ -200,4 +205,47 @@ func (r *Relay) end(e stream.End) {
 		s.conn.unregister(s.msgID)
 	}
 	r.s.Finish(e)
+}
+
+// Msg is a Jupyter message as clients exchange it with jupyter_server: a
+// channel name, the four JSON parts and the binary buffers.
+type Msg struct {
+	Channel  string
+	Header   json.RawMessage
+	Parent   json.RawMessage
+	Metadata json.RawMessage
+	Content  json.RawMessage
+	Buffers  [][]byte
+}
+
+// DecodeRelayEvent returns the message of one event read from a relay's
+// stream (`{"event":"jupyter",...,"msg":{...}}`).
+func DecodeRelayEvent(ev []byte) (Msg, error) {
+	var e struct {
+		Msg *wireMsg `json:"msg"`
+	}
+	if err := json.Unmarshal(ev, &e); err != nil {
+		return Msg{}, fmt.Errorf("jupyter: relay event: %w", err)
+	}
+	if e.Msg == nil {
+		return Msg{}, fmt.Errorf("jupyter: relay event without a msg")
+	}
+	m, err := e.Msg.msg()
+	if err != nil {
+		return Msg{}, fmt.Errorf("jupyter: relay event: %w", err)
+	}
+	return m, nil
+}
+
+// msg decodes the buffers.
+func (w *wireMsg) msg() (Msg, error) {
+	m := Msg{Channel: w.Channel, Header: w.Header, Parent: w.Parent, Metadata: w.Metadata, Content: w.Content}
+	for i, b := range w.Buffers {
+		buf, err := base64.StdEncoding.DecodeString(b)
+		if err != nil {
+			return Msg{}, fmt.Errorf("buffers[%d] is not base64: %v", i, err)
+		}
+		m.Buffers = append(m.Buffers, buf)
+	}
+	return m, nil
 }

@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/wire"
 )
 
 // timeoutGrace is how long a timed-out cell may take to stop after its
@@ -15,13 +16,17 @@ const timeoutGrace = 5 * time.Second
 
 // enqueue creates a cell stream and queues it; note, if set, is the
 // cell's first event.
-func (k *Kernel) enqueue(code string, timeout time.Duration, allowStdin bool, note string) (*stream.Stream, error) {
+func (k *Kernel) enqueue(code string, o ExecuteOptions, note string) (*stream.Stream, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if err := k.usableLocked(); err != nil {
 		return nil, err
 	}
-	c := newCellStream(k.m.reg, code, timeout, allowStdin)
+	if len(o.Env) > 0 && !k.spec.isPython() {
+		return nil, wire.Errorf(wire.CodeBadRequest, "environment variables for one cell need a python kernel; kernel %s is %s", k.id, k.spec.Language)
+	}
+	c := newCellStream(k.m.reg, code, o.Timeout, o.AllowStdin)
+	c.env = o.Env
 	if note != "" {
 		c.note(note)
 	}
@@ -72,6 +77,13 @@ func (k *Kernel) next() (*cell, *instance) {
 // timeout: an interrupt first, then after timeoutGrace the cell is ended
 // whatever the kernel does.
 func (k *Kernel) runCell(inst *instance, c *cell) {
+	if len(c.env) > 0 {
+		if err := k.setCellEnv(inst, c.env); err != nil {
+			c.finish(doneEnd(StatusError, nil, fmt.Sprintf("could not set the cell's environment: %v", err)))
+			return
+		}
+		defer k.restoreCellEnv(inst)
+	}
 	c.start(inst)
 	if c.timeout <= 0 {
 		<-c.finished

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/wire"
@@ -61,14 +62,21 @@ func (m *Manager) Exec(o ExecOptions) (*stream.Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := m.spawn(res, o)
+	var reserved *stream.Reservation
+	if o.Buffer > 0 {
+		if reserved, err = m.reg.Reserve(int64(o.Buffer)); err != nil {
+			return nil, wire.Errorf(wire.CodeLimit, "buffer of %d bytes: %v", o.Buffer, err)
+		}
+		defer reserved.Release() // unless the stream was created with it
+	}
+	p, err := m.spawn(res, o, reserved)
 	if err != nil {
 		return nil, err
 	}
 	return p.s, nil
 }
 
-func (m *Manager) spawn(res Resolved, o ExecOptions) (*process, error) {
+func (m *Manager) spawn(res Resolved, o ExecOptions, reserved *stream.Reservation) (*process, error) {
 	// The slot in wg is taken under the lock Close sets closed under, so
 	// Close either refuses this spawn or waits for its process.
 	m.mu.Lock()
@@ -101,7 +109,7 @@ func (m *Manager) spawn(res Resolved, o ExecOptions) (*process, error) {
 			{Name: "stdout", Unit: stream.Bytes, Policy: o.Overflow, Capacity: o.Buffer},
 			{Name: "stderr", Unit: stream.Bytes, Policy: o.Overflow, Capacity: o.Buffer},
 		},
-		Grace: o.Grace, Pid: pid, Tag: o.Tag, Argv: res.Argv, Control: p,
+		Grace: o.Grace, Pid: pid, Tag: o.Tag, Argv: res.Argv, Control: p, Reservation: reserved,
 	})
 	m.mu.Lock()
 	m.running[pid] = p
@@ -155,58 +163,91 @@ func (m *Manager) forget(p *process) {
 	m.wg.Done()
 }
 
-// pipes are the three stdio pipes of a new process.
+// pipes are the stdio of a new process: the agent's ends as files in the
+// poller, the child's as bare descriptors. Making them with pipe2 rather
+// than os.Pipe spares every exec the poller registration, the switch back
+// to blocking mode and the deregistration of the child's three ends.
 type pipes struct {
-	stdinR, stdinW   *os.File // nil without stdin: the child gets /dev/null
-	devNull          *os.File
-	stdoutR, stdoutW *os.File
-	stderrR, stderrW *os.File
+	stdinW           *os.File // nil without stdin: the child gets /dev/null
+	stdoutR, stderrR *os.File
+	child            [3]int // the child's stdin, stdout, stderr
+	own              []int  // those of child that are ours to close
 }
 
-// pipeSize is raised from the kernel's 64 KiB default so a fast producer
-// makes fewer, larger writes; failure to raise it is harmless.
+// pipeSize is what an output pipe is raised to from the kernel's 64 KiB
+// once its reader finds it filling up, so a fast producer makes fewer,
+// larger writes; a short command never pays for it. Failure to raise it
+// is harmless.
 const pipeSize = 1 << 20
+
+// growAfter is the read that shows a pipe filling up: a quarter of the
+// kernel's default pipe.
+const growAfter = 16 << 10
+
+// devNull is the agent's /dev/null, opened once: a child without stdin
+// gets it.
+var devNull = sync.OnceValues(func() (int, error) {
+	return unix.Open(os.DevNull, unix.O_RDWR|unix.O_CLOEXEC, 0)
+})
 
 func openPipes(stdin bool) (*pipes, error) {
 	pp := &pipes{}
-	var err error
 	if stdin {
-		if pp.stdinR, pp.stdinW, err = os.Pipe(); err != nil {
+		theirs, ours, err := pipe2("stdin", false)
+		if err != nil {
 			return nil, err
 		}
-	} else if pp.devNull, err = os.Open(os.DevNull); err != nil {
-		return nil, err
+		pp.stdinW, pp.child[0] = ours, theirs
+		pp.own = append(pp.own, theirs)
+	} else {
+		fd, err := devNull()
+		if err != nil {
+			return nil, err
+		}
+		pp.child[0] = fd
 	}
-	if pp.stdoutR, pp.stdoutW, err = os.Pipe(); err != nil {
-		pp.closeChildEnds()
-		pp.closeParentEnds()
-		return nil, err
-	}
-	if pp.stderrR, pp.stderrW, err = os.Pipe(); err != nil {
-		pp.closeChildEnds()
-		pp.closeParentEnds()
-		return nil, err
-	}
-	for _, f := range []*os.File{pp.stdoutR, pp.stderrR} {
-		setPipeSize(f)
+	for i, out := range []**os.File{&pp.stdoutR, &pp.stderrR} {
+		theirs, ours, err := pipe2([]string{"stdout", "stderr"}[i], true)
+		if err != nil {
+			pp.closeChildEnds()
+			pp.closeParentEnds()
+			return nil, err
+		}
+		*out, pp.child[i+1] = ours, theirs
+		pp.own = append(pp.own, theirs)
 	}
 	return pp, nil
 }
 
-func (pp *pipes) childFiles() []uintptr {
-	in := pp.devNull
-	if pp.stdinR != nil {
-		in = pp.stdinR
+// pipe2 makes a pipe whose agent end (the read end for output, the write
+// end for stdin) is a non-blocking file in the poller, and returns the
+// child's end as a bare blocking descriptor first.
+func pipe2(name string, output bool) (int, *os.File, error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		return -1, nil, err
 	}
-	return []uintptr{in.Fd(), pp.stdoutW.Fd(), pp.stderrW.Fd()}
+	ours, theirs := fds[1], fds[0]
+	if output {
+		ours, theirs = fds[0], fds[1]
+	}
+	if err := unix.SetNonblock(ours, true); err != nil {
+		unix.Close(ours)
+		unix.Close(theirs)
+		return -1, nil, err
+	}
+	return theirs, os.NewFile(uintptr(ours), name), nil
+}
+
+func (pp *pipes) childFiles() []uintptr {
+	return []uintptr{uintptr(pp.child[0]), uintptr(pp.child[1]), uintptr(pp.child[2])}
 }
 
 func (pp *pipes) closeChildEnds() {
-	for _, f := range []*os.File{pp.stdinR, pp.devNull, pp.stdoutW, pp.stderrW} {
-		if f != nil {
-			f.Close()
-		}
+	for _, fd := range pp.own {
+		unix.Close(fd)
 	}
+	pp.own = nil
 }
 
 func (pp *pipes) closeParentEnds() {

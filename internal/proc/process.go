@@ -34,8 +34,9 @@ const drainLast = 100 * time.Millisecond
 // exit, while draining and between SIGTERM and SIGKILL.
 const groupPoll = 50 * time.Millisecond
 
-// readSize is one read from an output pipe.
-const readSize = 64 << 10
+// readSize is the most one read from an output pipe takes: it goes
+// straight into the log's memory, whose chunks are at most this big.
+const readSize = 256 << 10
 
 // process is a running command; it is its stream's Control.
 type process struct {
@@ -58,18 +59,21 @@ type process struct {
 func (p *process) run(status <-chan Status, outs []*os.File, timeout time.Duration) {
 	defer p.m.forget(p)
 	logs := p.s.Logs()
-	var readers sync.WaitGroup
 	var writing atomic.Int32   // readers blocked on a full log, not on the pipe
 	var progress atomic.Uint64 // bytes read, so output resets the drain clock
+	// The last reader to finish closes readersDone itself: no goroutine
+	// waits on a WaitGroup to pass the news on.
+	var readers atomic.Int32
+	readers.Store(int32(len(outs)))
+	readersDone := make(chan struct{})
 	for i, f := range outs {
-		readers.Add(1)
 		go func() {
-			defer readers.Done()
 			copyOut(f, logs[i], &writing, &progress)
+			if readers.Add(-1) == 0 {
+				close(readersDone)
+			}
 		}()
 	}
-	readersDone := make(chan struct{})
-	go func() { readers.Wait(); close(readersDone) }()
 
 	var timer <-chan time.Time
 	if timeout > 0 {
@@ -135,21 +139,30 @@ wait:
 }
 
 // copyOut reads a pipe into a log until EOF or until the pipe is closed.
+// Each read goes straight into room the log reserved; a reader waiting
+// for that room counts in writing (it is blocked on the log, not idle).
 func copyOut(f *os.File, l *stream.Log, writing *atomic.Int32, progress *atomic.Uint64) {
-	buf := make([]byte, readSize)
+	grown := false
 	for {
-		n, err := f.Read(buf)
+		writing.Add(1)
+		room, err := l.Reserve(readSize)
+		writing.Add(-1)
+		if err != nil {
+			return
+		}
+		n, err := f.Read(room)
+		l.Commit(n)
 		if n > 0 {
 			progress.Add(uint64(n))
-			writing.Add(1)
-			_, werr := l.Write(buf[:n])
-			writing.Add(-1)
-			if werr != nil {
-				return
-			}
 		}
 		if err != nil {
 			return
+		}
+		if !grown && n >= growAfter {
+			grown = true
+			if rc, err := f.SyscallConn(); err == nil {
+				rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize) })
+			}
 		}
 	}
 }
@@ -272,12 +285,4 @@ func inputError(id uint64, err error) error {
 		return wire.Errorf(wire.CodeConflict, "stdin of stream %d is closed", id)
 	}
 	return wire.Errorf(wire.CodeInternal, "stdin of stream %d: %v", id, err)
-}
-
-func setPipeSize(f *os.File) {
-	if rc, err := f.SyscallConn(); err == nil {
-		rc.Control(func(fd uintptr) {
-			unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize)
-		})
-	}
 }

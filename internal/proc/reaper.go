@@ -28,6 +28,7 @@ type Reaper struct {
 	mu      sync.RWMutex
 	wmu     sync.Mutex
 	waiters map[int]chan Status
+	pidfds  map[*os.File]struct{} // children's pidfds being watched
 	sigs    chan os.Signal
 	stop    chan struct{}
 	done    chan struct{}
@@ -61,6 +62,7 @@ func NewReaper() (*Reaper, error) {
 	}
 	r := &Reaper{
 		waiters: make(map[int]chan Status),
+		pidfds:  make(map[*os.File]struct{}),
 		sigs:    make(chan os.Signal, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -90,9 +92,94 @@ func (r *Reaper) Start(fork func() (int, error)) (int, <-chan Status, error) {
 	return pid, ch, nil
 }
 
-// ForkExec is Start for syscall.ForkExec.
+// ForkExec is Start for syscall.ForkExec. Where the kernel gives the child
+// a pidfd, its exit is also watched through it, in the poller: the status
+// then arrives without the detour SIGCHLD takes through the signal
+// machinery (a handler, the signal goroutine, the reap loop), which costs
+// every short command several wake-ups.
 func (r *Reaper) ForkExec(path string, argv []string, attr *syscall.ProcAttr) (int, <-chan Status, error) {
-	return r.Start(func() (int, error) { return syscall.ForkExec(path, argv, attr) })
+	a := *attr
+	var sys syscall.SysProcAttr
+	if attr.Sys != nil {
+		sys = *attr.Sys
+	}
+	pidfd := -1
+	sys.PidFD = &pidfd
+	a.Sys = &sys
+	pid, ch, err := r.Start(func() (int, error) { return syscall.ForkExec(path, argv, &a) })
+	switch {
+	case err == nil && pidfd >= 0:
+		r.watch(pid, pidfd)
+	case pidfd >= 0:
+		unix.Close(pidfd)
+	}
+	return pid, ch, err
+}
+
+// watch reaps pid as soon as its pidfd says it exited. The reap loop may
+// get there first; either way its waiter gets the status once.
+func (r *Reaper) watch(pid, pidfd int) {
+	if unix.SetNonblock(pidfd, true) != nil {
+		unix.Close(pidfd)
+		return
+	}
+	f := os.NewFile(uintptr(pidfd), "pidfd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return
+	}
+	r.wmu.Lock()
+	select {
+	case <-r.stop:
+		r.wmu.Unlock()
+		f.Close()
+		return
+	default:
+	}
+	r.pidfds[f] = struct{}{}
+	r.wmu.Unlock()
+	go func() {
+		// A pidfd turns readable when its process exits. The poller's
+		// news of that can predate this wait (a short command exits
+		// before it starts), so each turn asks the kernel itself.
+		err := rc.Read(func(fd uintptr) bool {
+			p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, err := unix.Poll(p, 0)
+			for err == unix.EINTR {
+				n, err = unix.Poll(p, 0)
+			}
+			return err != nil || n > 0
+		})
+		r.wmu.Lock()
+		delete(r.pidfds, f)
+		r.wmu.Unlock()
+		f.Close()
+		if err == nil {
+			r.reap(pid)
+		}
+	}()
+}
+
+// reap collects pid if it exited and someone waits for it.
+func (r *Reaper) reap(pid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.wmu.Lock()
+	_, registered := r.waiters[pid]
+	r.wmu.Unlock()
+	if !registered {
+		return // the reap loop had it
+	}
+	var st Status
+	got, err := unix.Wait4(pid, &st.Wait, unix.WNOHANG, &st.Rusage)
+	for errors.Is(err, unix.EINTR) {
+		got, err = unix.Wait4(pid, &st.Wait, unix.WNOHANG, &st.Rusage)
+	}
+	if err == nil && got == pid {
+		st.Pid = pid
+		r.deliver(st)
+	}
 }
 
 // Kill signals a process the reaper started, or its process group, but
@@ -144,7 +231,12 @@ func (r *Reaper) Close() {
 	default:
 	}
 	signal.Stop(r.sigs)
+	r.wmu.Lock()
 	close(r.stop)
+	for f := range r.pidfds {
+		f.Close() // ends its watch
+	}
+	r.wmu.Unlock()
 	<-r.done
 }
 
@@ -175,15 +267,21 @@ func (r *Reaper) reapAll() {
 			return
 		}
 		st.Pid = pid
-		r.wmu.Lock()
-		ch, ok := r.waiters[pid]
-		delete(r.waiters, pid)
-		if !ok {
-			r.reaped++
-		}
-		r.wmu.Unlock()
-		if ok {
-			ch <- st
-		}
+		r.deliver(st)
+	}
+}
+
+// deliver hands a reaped status to its waiter, or counts an orphan.
+// Callers hold mu for writing.
+func (r *Reaper) deliver(st Status) {
+	r.wmu.Lock()
+	ch, ok := r.waiters[st.Pid]
+	delete(r.waiters, st.Pid)
+	if !ok {
+		r.reaped++
+	}
+	r.wmu.Unlock()
+	if ok {
+		ch <- st
 	}
 }

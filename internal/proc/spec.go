@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -42,6 +43,11 @@ type Defaults struct {
 	user string
 	cwd  string
 	env  map[string]string
+	// envs caches, per user, the environment of requests that bring none
+	// of their own: every exec would otherwise rebuild and sort it.
+	// version tells a cache filled before a Set from one filled after.
+	envs    map[string][]string
+	version uint64
 }
 
 // Set replaces the defaults; empty values leave a field unchanged, and env
@@ -55,18 +61,48 @@ func (d *Defaults) Set(userName, cwd string, env map[string]string) {
 	if cwd != "" {
 		d.cwd = cwd
 	}
-	if len(env) > 0 && d.env == nil {
-		d.env = make(map[string]string, len(env))
+	if len(env) > 0 {
+		// A new map: Resolve reads the old one without the lock.
+		merged := make(map[string]string, len(d.env)+len(env))
+		for k, v := range d.env {
+			merged[k] = v
+		}
+		for k, v := range env {
+			merged[k] = v
+		}
+		d.env = merged
 	}
-	for k, v := range env {
-		d.env[k] = v
-	}
+	d.envs = nil
+	d.version++
 }
 
-func (d *Defaults) get() (string, string, map[string]string) {
+func (d *Defaults) get() (string, string, map[string]string, uint64) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	return d.user, d.cwd, d.env
+	return d.user, d.cwd, d.env, d.version
+}
+
+// cachedEnv returns the environment of a request without env for user, or
+// nil if it was not built since the defaults last changed.
+func (d *Defaults) cachedEnv(user string, version uint64) []string {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.version != version {
+		return nil
+	}
+	return d.envs[user]
+}
+
+func (d *Defaults) storeEnv(user string, version uint64, env []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.version != version {
+		return
+	}
+	if d.envs == nil {
+		d.envs = make(map[string][]string)
+	}
+	d.envs[user] = env
 }
 
 // secretEnv are the agent's own variables that must not leak into the
@@ -77,60 +113,28 @@ var secretEnv = []string{"RAYITO_"}
 // fix (no such user, directory or program) are *wire.Error bad_request.
 func (d *Defaults) Resolve(spec Spec) (Resolved, error) {
 	var r Resolved
-	defUser, defCwd, defEnv := d.get()
+	defUser, defCwd, defEnv, version := d.get()
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
 		return r, wire.Errorf(wire.CodeBadRequest, "argv must name a program")
 	}
-	name := spec.User
-	if name == "" {
-		name = defUser
-	}
-	var u *user.User
-	var err error
-	if name != "" {
-		if u, err = user.Lookup(name); err != nil {
-			if _, numErr := strconv.Atoi(name); numErr == nil {
-				u, err = user.LookupId(name)
-			}
-		}
-		if err != nil {
-			return r, wire.Errorf(wire.CodeBadRequest, "user %q does not exist", name)
-		}
-	} else if u, err = user.Current(); err != nil {
-		return r, wire.Errorf(wire.CodeInternal, "cannot look up the agent's own user: %v", err)
+	u, err := lookupUser(spec.User, defUser)
+	if err != nil {
+		return r, err
 	}
 	r.User, r.Home = u.Username, u.HomeDir
 	if u.Uid != strconv.Itoa(os.Getuid()) {
-		cred, err := credential(u)
+		cred, err := Credential(u)
 		if err != nil {
 			return r, err
 		}
 		r.Cred = cred
 	}
 
-	env := map[string]string{}
-	for _, kv := range cleanEnviron() {
-		k, v, _ := strings.Cut(kv, "=")
-		env[k] = v
+	env, err := d.environment(u, defEnv, spec.Env, version)
+	if err != nil {
+		return r, err
 	}
-	if env["PATH"] == "" {
-		env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	}
-	env["HOME"], env["USER"], env["LOGNAME"] = u.HomeDir, u.Username, u.Username
-	for k, v := range defEnv {
-		env[k] = v
-	}
-	for k, v := range spec.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.Contains(v, "\x00") {
-			return r, wire.Errorf(wire.CodeBadRequest, "invalid environment variable %q", k)
-		}
-		env[k] = v
-	}
-	r.Env = make([]string, 0, len(env))
-	for k, v := range env {
-		r.Env = append(r.Env, k+"="+v)
-	}
-	sort.Strings(r.Env)
+	r.Env = env
 
 	r.Dir = spec.Cwd
 	if r.Dir == "" {
@@ -148,11 +152,86 @@ func (d *Defaults) Resolve(spec Spec) (Resolved, error) {
 	}
 
 	r.Argv = spec.Argv
-	r.Path, err = lookPath(spec.Argv[0], env["PATH"], r.Dir)
+	r.Path, err = lookPath(spec.Argv[0], pathOf(env), r.Dir)
 	if err != nil {
 		return r, wire.Errorf(wire.CodeBadRequest, "%s: %v", spec.Argv[0], err)
 	}
 	return r, nil
+}
+
+// User returns who a request naming name runs as: that user, else the
+// default user, else the agent's own; with their home directory, against
+// which other surfaces resolve relative paths.
+func (d *Defaults) User(name string) (userName, home string, err error) {
+	defUser, _, _, _ := d.get()
+	u, err := lookupUser(name, defUser)
+	if err != nil {
+		return "", "", err
+	}
+	return u.Username, u.HomeDir, nil
+}
+
+// lookupUser finds the user by name or uid, falling back to def and then
+// to the agent's own user. A user that does not exist is bad_request.
+func lookupUser(name, def string) (*user.User, error) {
+	if name == "" {
+		name = def
+	}
+	u, err := LookupUser(name)
+	if errors.Is(err, ErrUnknownUser) {
+		return nil, wire.Errorf(wire.CodeBadRequest, "user %q does not exist", name)
+	} else if err != nil {
+		return nil, wire.Errorf(wire.CodeInternal, "%v", err)
+	}
+	return u, nil
+}
+
+// pathOf is the PATH of an environment.
+func pathOf(env []string) string {
+	for _, kv := range env {
+		if p, ok := strings.CutPrefix(kv, "PATH="); ok {
+			return p
+		}
+	}
+	return ""
+}
+
+// environment is what a process of user u gets: the agent's environment
+// without its secrets, the user's HOME, USER and LOGNAME, the defaults'
+// env, then the request's own.
+func (d *Defaults) environment(u *user.User, defEnv, reqEnv map[string]string, version uint64) ([]string, error) {
+	if len(reqEnv) == 0 {
+		if env := d.cachedEnv(u.Username, version); env != nil {
+			return env, nil
+		}
+	}
+	env := map[string]string{}
+	for _, kv := range cleanEnviron() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	if env["PATH"] == "" {
+		env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	env["HOME"], env["USER"], env["LOGNAME"] = u.HomeDir, u.Username, u.Username
+	for k, v := range defEnv {
+		env[k] = v
+	}
+	for k, v := range reqEnv {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.Contains(v, "\x00") {
+			return nil, wire.Errorf(wire.CodeBadRequest, "invalid environment variable %q", k)
+		}
+		env[k] = v
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	if len(reqEnv) == 0 {
+		d.storeEnv(u.Username, version, out)
+	}
+	return out, nil
 }
 
 // Attr builds the ProcAttr for a new session leader with the given files.
@@ -165,7 +244,43 @@ func (r Resolved) Attr(files []uintptr) *syscall.ProcAttr {
 	}
 }
 
-func credential(u *user.User) (*syscall.Credential, error) {
+// ErrUnknownUser is returned by LookupUser for a name no account has.
+var ErrUnknownUser = errors.New("no such user")
+
+// UserName is the user a request runs as: name, or the default user when
+// name is empty ("" when there is none either: the agent's own user).
+func (d *Defaults) UserName(name string) string {
+	if name != "" {
+		return name
+	}
+	defUser, _, _, _ := d.get()
+	return defUser
+}
+
+// LookupUser finds an account by name, or by uid when name is a number
+// that no account is named; "" is the agent's own user.
+func LookupUser(name string) (*user.User, error) {
+	if name == "" {
+		u, err := user.Current()
+		if err != nil {
+			return nil, fmt.Errorf("cannot look up the agent's own user: %w", err)
+		}
+		return u, nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		if _, numErr := strconv.Atoi(name); numErr == nil {
+			u, err = user.LookupId(name)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("user %q: %w", name, ErrUnknownUser)
+	}
+	return u, nil
+}
+
+// Credential is the uid, gid and supplementary groups of an account.
+func Credential(u *user.User) (*syscall.Credential, error) {
 	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
 	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
 	if err1 != nil || err2 != nil {

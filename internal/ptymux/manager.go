@@ -40,6 +40,9 @@ type Options struct {
 	Cwd, User  string            // empty: proc.Defaults
 	Tag        string
 	Buffer     int // bytes of output retained; 0: 4 MiB
+	// Timeout is the program's lifetime, 0 for none: then the terminal is
+	// hung up, and whatever ignores that is killed after the hangup grace.
+	Timeout time.Duration
 }
 
 // Manager starts PTYs and owns them until their streams finish. Start and
@@ -100,9 +103,19 @@ func (m *Manager) Start(o Options) (*stream.Stream, error) {
 	if o.Buffer < 0 || o.Buffer > stream.MaxByteCapacity {
 		return nil, wire.Errorf(wire.CodeBadRequest, "buffer must be 1 to %d bytes, got %d", stream.MaxByteCapacity, o.Buffer)
 	}
+	if o.Timeout < 0 {
+		return nil, wire.Errorf(wire.CodeBadRequest, "timeout must not be negative")
+	}
 	res, err := m.resolve(o)
 	if err != nil {
 		return nil, err
+	}
+	var reserved *stream.Reservation
+	if o.Buffer > 0 {
+		if reserved, err = m.reg.Reserve(int64(o.Buffer)); err != nil {
+			return nil, wire.Errorf(wire.CodeLimit, "buffer of %d bytes: %v", o.Buffer, err)
+		}
+		defer reserved.Release() // unless the stream was created with it
 	}
 	master, slave, err := openPair()
 	if errors.Is(err, unix.ENOSPC) {
@@ -123,7 +136,7 @@ func (m *Manager) Start(o Options) (*stream.Stream, error) {
 			m.log.Warn("cannot give the pty to its user", zap.String("user", res.User), zap.Error(err))
 		}
 	}
-	s, err := m.spawn(res, master, slave, cols, rows, o)
+	s, err := m.spawn(res, master, slave, cols, rows, o, reserved)
 	if err != nil {
 		master.Close()
 		return nil, err
@@ -135,7 +148,7 @@ func (m *Manager) Start(o Options) (*stream.Stream, error) {
 
 // spawn forks the program onto the slave and registers the stream. It
 // holds m.mu so that Close cannot miss a PTY started concurrently.
-func (m *Manager) spawn(res proc.Resolved, master, slave *os.File, cols, rows uint16, o Options) (*stream.Stream, error) {
+func (m *Manager) spawn(res proc.Resolved, master, slave *os.File, cols, rows uint16, o Options, reserved *stream.Reservation) (*stream.Stream, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -161,14 +174,14 @@ func (m *Manager) spawn(res proc.Resolved, master, slave *os.File, cols, rows ui
 	s := m.reg.Create(stream.Config{
 		Kind:     stream.KindPTY,
 		Channels: []stream.ChannelSpec{{Name: Channel, Unit: stream.Bytes, Policy: stream.Drop, Capacity: capacity}},
-		Pid:      pid, Tag: o.Tag, Argv: res.Argv, Control: p,
+		Pid:      pid, Tag: o.Tag, Argv: res.Argv, Control: p, Reservation: reserved,
 	})
 	p.id.Store(s.ID)
 	m.live[p] = struct{}{}
 	m.wg.Add(1)
 	go func() {
 		defer m.forget(p)
-		p.run(s, exit, m.drain)
+		p.run(s, exit, m.drain, lifetime{limit: o.Timeout, killAfter: m.hangupGrace})
 	}()
 	return s, nil
 }

@@ -16,20 +16,47 @@ import (
 // readSize is one read from the master; a pty rarely has more ready.
 const readSize = 32 << 10
 
+// lifetime bounds a program's run: at limit (0: never) the terminal is
+// hung up, and killAfter later whatever ignored that is killed.
+type lifetime struct {
+	limit, killAfter time.Duration
+}
+
 // run owns the PTY from start to end: it starts the output pump, waits for
-// the program's exit (or for the manager to give up on it), lets the pump
-// drain the master for at most drain, then releases everything and
-// finishes the stream. It closes p.done last.
-func (p *PTY) run(s *stream.Stream, exit <-chan proc.Status, drain time.Duration) {
+// the program's exit (or for the manager to give up on it), enforcing its
+// lifetime meanwhile, lets the pump drain the master for at most drain,
+// then releases everything and finishes the stream. It closes p.done last.
+func (p *PTY) run(s *stream.Stream, exit <-chan proc.Status, drain time.Duration, life lifetime) {
 	defer close(p.done)
 	go p.pump(s.Log(Channel))
 
+	var expired, kill <-chan time.Time
+	if life.limit > 0 {
+		t := time.NewTimer(life.limit)
+		defer t.Stop()
+		expired = t.C
+	}
 	var end stream.End
-	select {
-	case st := <-exit:
-		end = proc.ExitEnd(st)
-	case <-p.abandoned:
-		end = stream.End{Reason: stream.ReasonError, Message: "the agent shut down before the program exited"}
+wait:
+	for {
+		select {
+		case st := <-exit:
+			end = proc.ExitEnd(st)
+			break wait
+		case <-p.abandoned:
+			end = stream.End{Reason: stream.ReasonError, Message: "the agent shut down before the program exited"}
+			break wait
+		case <-expired:
+			expired = nil
+			p.log.Debug("pty lifetime over: hanging up", zap.Uint64("stream", s.ID), zap.Int("pid", p.pid))
+			p.hangup()
+			t := time.NewTimer(life.killAfter)
+			defer t.Stop()
+			kill = t.C
+		case <-kill:
+			kill = nil
+			p.kill()
+		}
 	}
 	p.mu.Lock()
 	p.exited = true

@@ -95,6 +95,7 @@ type Manager struct {
 	reported    map[Source]bool // sources that reported the current resume
 	goneBefore  map[string]bool // kernels already lost or dead at the last resume
 	saveMu      sync.Mutex
+	saved       uint64 // the generation on disk; guarded by saveMu
 	answers     map[string]State
 	answerOrder []string
 }
@@ -140,6 +141,7 @@ func New(o Options) (*Manager, error) {
 	if err := saveState(o.StateDir, persisted{Generation: m.gen, BootID: boot}); err != nil {
 		return nil, err
 	}
+	m.saved = m.gen
 	return m, nil
 }
 
@@ -208,16 +210,21 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 		cancel()
 	}
 	m.goneBefore = gone
+	// On disk before anyone sees it: a crash right after a client read
+	// the new generation must not bring the agent back with the old one.
+	// Only Resume changes gen, and it runs one at a time.
+	gen := m.Generation() + 1
+	if err := m.persistGeneration(gen); err != nil {
+		m.log.Error("saving the new generation failed: after a crash the agent would report an older one", zap.Uint64("generation", gen), zap.Error(err))
+	}
 	m.mu.Lock()
-	m.gen++
-	gen := m.gen
+	m.gen = gen
 	m.lost = lost
 	m.lostKernels = nil
 	// Published with the generation, so a health read showing gen also
 	// shows which resume it was.
 	m.last = &LastResume{Source: r.Source, ResumeID: r.ResumeID, AtUnixMs: start.UnixMilli()}
 	m.mu.Unlock()
-	m.persist()
 	if m.o.Sessions != nil {
 		cctx, cancel := context.WithTimeout(ctx, CutBound)
 		m.o.Sessions.CutForResume(cctx, gen)
@@ -295,19 +302,18 @@ func (m *Manager) KernelsChanged() { m.persist() }
 func (m *Manager) SaveKernels(ids []string) {
 	m.saveMu.Lock()
 	defer m.saveMu.Unlock()
-	m.saveLocked(ids)
-}
-
-func (m *Manager) saveLocked(ids []string) {
-	m.mu.Lock()
-	gen := m.gen
-	m.mu.Unlock()
-	if m.o.StateDir == "" {
-		return
-	}
-	if err := saveState(m.o.StateDir, persisted{Generation: gen, BootID: bootID(), Kernels: ids}); err != nil {
+	if err := m.saveLocked(ids); err != nil {
 		m.log.Warn("saving state", zap.Error(err))
 	}
+}
+
+// saveLocked writes the generation already on disk (never a published
+// one that is not) and the kernel ids; saveMu must be held.
+func (m *Manager) saveLocked(ids []string) error {
+	if m.o.StateDir == "" {
+		return nil
+	}
+	return saveState(m.o.StateDir, persisted{Generation: m.saved, BootID: bootID(), Kernels: ids})
 }
 
 // persist saves the generation and the live kernels; listing under saveMu
@@ -315,6 +321,20 @@ func (m *Manager) saveLocked(ids []string) {
 func (m *Manager) persist() {
 	m.saveMu.Lock()
 	defer m.saveMu.Unlock()
+	if err := m.saveLocked(m.liveKernels()); err != nil {
+		m.log.Warn("saving state", zap.Error(err))
+	}
+}
+
+// persistGeneration writes gen, with the live kernels, to disk.
+func (m *Manager) persistGeneration(gen uint64) error {
+	m.saveMu.Lock()
+	defer m.saveMu.Unlock()
+	m.saved = gen
+	return m.saveLocked(m.liveKernels())
+}
+
+func (m *Manager) liveKernels() []string {
 	var ids []string
 	if m.o.Kernels != nil {
 		for _, k := range m.o.Kernels.List() {
@@ -323,7 +343,7 @@ func (m *Manager) persist() {
 			}
 		}
 	}
-	m.saveLocked(ids)
+	return ids
 }
 
 // SetRealtime sets CLOCK_REALTIME (needs CAP_SYS_TIME).

@@ -96,11 +96,13 @@ func saveState(dir string, p persisted) error {
 	if err := os.Rename(tmp.Name(), filepath.Join(dir, stateFile)); err != nil {
 		return err
 	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
+	// The rename is durable only once the directory is.
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
 	}
-	return nil
+	defer d.Close()
+	return d.Sync()
 }
 
 // bootID identifies this boot of the kernel; it survives a snapshot

@@ -43,6 +43,16 @@ type Item struct {
 	// End and Cursors describe the end (ItemEnd).
 	End     End
 	Cursors map[string]uint64
+
+	ref *chunk // the log memory Data is in (NextShared), until Release
+}
+
+// Release lets go of the log memory an item from NextShared holds; call it
+// once, when Data is no longer used. Other items need no release.
+func (it Item) Release() {
+	if it.ref != nil {
+		it.ref.unref()
+	}
 }
 
 // Attachment is one client's read position on a stream. It is used by one
@@ -53,7 +63,10 @@ type Attachment struct {
 	acked  []uint64 // per log: what this client acknowledged
 	window int
 	rr     int  // round-robin start, so one channel cannot starve another
-	cut    *End // set by Cut: end this attachment early
+	cut    *End // set by Cut or CutAfter: end this attachment early
+	// cutAt, set by CutAfter, holds the log ends at the cut: the
+	// attachment ends only once it has handed out everything below them.
+	cutAt  []uint64
 	closed bool
 	ended  bool
 }
@@ -80,6 +93,8 @@ func (s *Stream) Attach(from map[string]uint64, window int) (*Attachment, error)
 		l.ackLocked(a.acked[i])
 	}
 	s.attached++
+	s.atts = append(s.atts, a)
+	s.trimIfReadLocked()
 	s.notifyLocked()
 	return a, nil
 }
@@ -108,10 +123,21 @@ func (a *Attachment) Stream() *Stream { return a.s }
 // appended to dst, at most maxChunk bytes. After the ItemEnd item it
 // returns io.EOF; when ctx is done it returns ctx's error.
 func (a *Attachment) Next(ctx context.Context, dst []byte, maxChunk int) (Item, error) {
+	return a.wait(ctx, dst, maxChunk, false)
+}
+
+// NextShared is Next without the copy: Data of a data item is the log's
+// own memory (at most the rest of one of its chunks), read-only, valid
+// until the item is Released, which the caller must do once.
+func (a *Attachment) NextShared(ctx context.Context, maxChunk int) (Item, error) {
+	return a.wait(ctx, nil, maxChunk, true)
+}
+
+func (a *Attachment) wait(ctx context.Context, dst []byte, maxChunk int, shared bool) (Item, error) {
 	s := a.s
 	for {
 		s.mu.Lock()
-		item, ok := a.nextLocked(dst, maxChunk)
+		item, ok := a.nextLocked(dst, maxChunk, shared)
 		ch := s.changed
 		s.mu.Unlock()
 		if ok {
@@ -128,12 +154,12 @@ func (a *Attachment) Next(ctx context.Context, dst []byte, maxChunk int) (Item, 
 	}
 }
 
-func (a *Attachment) nextLocked(dst []byte, maxChunk int) (Item, bool) {
+func (a *Attachment) nextLocked(dst []byte, maxChunk int, shared bool) (Item, bool) {
 	s := a.s
 	if a.ended {
 		return Item{}, false
 	}
-	if a.cut != nil {
+	if a.cut != nil && a.reachedCutLocked() {
 		a.ended = true
 		return Item{Kind: ItemEnd, End: *a.cut, Cursors: s.cursorsLocked(a.next)}, true
 	}
@@ -142,6 +168,9 @@ func (a *Attachment) nextLocked(dst []byte, maxChunk int) (Item, bool) {
 		i := (a.rr + k) % n
 		l := s.logs[i]
 		c := a.next[i]
+		if a.cutAt != nil && c >= a.cutAt[i] {
+			continue // this channel has delivered all the cut owes
+		}
 		if c < l.start {
 			a.next[i] = l.start
 			// Gapped positions are never sent, so they must not count
@@ -167,6 +196,15 @@ func (a *Attachment) nextLocked(dst []byte, maxChunk int) (Item, bool) {
 			return Item{Kind: ItemEvent, Channel: l.name, Data: l.eventLocked(c)}, true
 		}
 		size := min(uint64(room), l.end-c, uint64(maxChunk))
+		if a.cutAt != nil {
+			size = min(size, a.cutAt[i]-c)
+		}
+		if shared {
+			ch, data := l.data.slice(c, int(size))
+			ch.refs.Add(1)
+			a.next[i] += uint64(len(data))
+			return Item{Kind: ItemData, Channel: l.name, Offset: c, Data: data, ref: ch}, true
+		}
 		off := len(dst)
 		dst = slices.Grow(dst, int(size))[:off+int(size)]
 		l.readBytesLocked(dst[off:], c)
@@ -221,6 +259,36 @@ func (a *Attachment) Ack(cursors map[string]uint64) error {
 			s.logs[i].ackLocked(c)
 		}
 	}
+	s.trimIfReadLocked()
+	if s.budget.short() {
+		// Writers elsewhere wait for memory: what was just acknowledged
+		// need not wait for this stream's own writer to let it go.
+		s.trimAckedLocked()
+	}
+	s.notifyLocked()
+	return nil
+}
+
+// Acknowledge records cursors a client consumed of a stream it is no
+// longer attached to (the end came before its last ack): it lets the
+// stream's buffers go sooner. Cursors beyond a channel's end, or of
+// channels the stream does not have, are refused and change nothing.
+func (s *Stream) Acknowledge(cursors map[string]uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, c := range cursors {
+		i := s.logIndex(name)
+		if i < 0 {
+			return fmt.Errorf("%w %q", ErrUnknownChannel, name)
+		}
+		if c > s.logs[i].end {
+			return fmt.Errorf("%w: ack of %s at %d, end %d", ErrCursorAhead, name, c, s.logs[i].end)
+		}
+	}
+	for name, c := range cursors {
+		s.logs[s.logIndex(name)].ackLocked(c)
+	}
+	s.trimIfReadLocked()
 	s.notifyLocked()
 	return nil
 }
@@ -235,6 +303,35 @@ func (a *Attachment) Cut(e End) {
 		a.cut = &e
 		s.notifyLocked()
 	}
+}
+
+// CutAfter is Cut for a client that cannot reattach from cursors: the
+// attachment first hands out everything its logs hold now (what was
+// written before the cut), then ends with e. Output written later is left
+// for other attachments. A Cut that came first wins, and a stream that has
+// already ended keeps its own end: everything before it is in the logs.
+func (a *Attachment) CutAfter(e End) {
+	s := a.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a.cut == nil && !a.ended && s.end == nil {
+		a.cut = &e
+		a.cutAt = make([]uint64, len(s.logs))
+		for i, l := range s.logs {
+			a.cutAt[i] = l.end
+		}
+		s.notifyLocked()
+	}
+}
+
+// reachedCutLocked reports whether a cut may end the attachment now.
+func (a *Attachment) reachedCutLocked() bool {
+	for i, at := range a.cutAt {
+		if a.next[i] < at {
+			return false
+		}
+	}
+	return true
 }
 
 // Sent returns the cursors of what has been handed out by Next.
@@ -255,8 +352,12 @@ func (a *Attachment) Close() {
 	}
 	a.closed = true
 	s.attached--
+	if i := slices.Index(s.atts, a); i >= 0 {
+		s.atts = slices.Delete(s.atts, i, i+1)
+	}
 	if s.attached == 0 {
 		s.lastDetach = time.Now()
 	}
+	s.trimIfReadLocked()
 	s.notifyLocked()
 }

@@ -1,6 +1,7 @@
 package stream_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -128,5 +129,108 @@ func TestCutWakesBlockedNext(t *testing.T) {
 	a.Cut(stream.End{Reason: stream.ReasonResume})
 	if _, err := a.Next(context.Background(), nil, 100); !errors.Is(err, io.EOF) {
 		t.Fatalf("Next after end: %v", err)
+	}
+}
+
+// TestCutAfterDeliversWhatWasWritten: CutAfter ends the attachment only
+// once everything written before the cut has been handed out, on every
+// channel, and nothing written after it.
+func TestCutAfterDeliversWhatWasWritten(t *testing.T) {
+	checkNoLeak(t)
+	s := newStream(t, 0, byteChan("stdout", stream.Block, 1<<20), byteChan("stderr", stream.Block, 1<<20), eventChan("events", stream.Block, 50))
+	a, err := s.Attach(nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	out := randBytes(rand.New(rand.NewSource(3)), 100_000)
+	s.Log("stdout").Write(out)
+	s.Log("stderr").Write([]byte("err"))
+	for range 3 {
+		s.Log("events").Append(func(seq uint64) []byte { return seqEvent(seq, 8) })
+	}
+	a.CutAfter(stream.End{Reason: stream.ReasonResume})
+	a.Cut(stream.End{Reason: stream.ReasonClosed}) // the first cut counts
+	s.Log("stdout").Write([]byte("after the cut"))
+
+	var got []byte
+	var errBytes, events int
+	for {
+		it := nextWithin(t, a, 4096)
+		if it.Kind == stream.ItemEnd {
+			if it.End.Reason != stream.ReasonResume {
+				t.Fatalf("end %+v, want the cut's", it.End)
+			}
+			if it.Cursors["stdout"] != uint64(len(out)) || it.Cursors["stderr"] != 3 || it.Cursors["events"] != 3 {
+				t.Fatalf("end cursors %v", it.Cursors)
+			}
+			break
+		}
+		switch it.Channel {
+		case "stdout":
+			got = append(got, it.Data...)
+		case "stderr":
+			errBytes += len(it.Data)
+		case "events":
+			events++
+		}
+	}
+	if !bytes.Equal(got, out) || errBytes != 3 || events != 3 {
+		t.Fatalf("got %d stdout bytes (equal %v), %d stderr, %d events", len(got), bytes.Equal(got, out), errBytes, events)
+	}
+}
+
+// TestCutAfterWaitsForWindow: a windowed attachment reaches its cut only
+// as the client acknowledges; the cut does not skip what is in flight.
+func TestCutAfterWaitsForWindow(t *testing.T) {
+	checkNoLeak(t)
+	s := newStream(t, 0, byteChan("stdout", stream.Block, 1<<20))
+	a, err := s.Attach(nil, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	s.Log("stdout").Write(make([]byte, 2500))
+	a.CutAfter(stream.End{Reason: stream.ReasonResume})
+	var cursor uint64
+	for {
+		it := nextWithin(t, a, 4096)
+		if it.Kind == stream.ItemEnd {
+			break
+		}
+		if it.Kind != stream.ItemData || it.Offset != cursor {
+			t.Fatalf("got %s at cursor %d", describe(it), cursor)
+		}
+		cursor += uint64(len(it.Data))
+		if cursor < 2500 {
+			expectIdle(t, a) // the window is full until the ack
+		}
+		if err := a.Ack(map[string]uint64{"stdout": cursor}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cursor != 2500 {
+		t.Fatalf("ended at %d of 2500", cursor)
+	}
+}
+
+// TestCutAfterEndedStream: a stream that ended before the cut ends its
+// attachments with its own end, after all of its output.
+func TestCutAfterEndedStream(t *testing.T) {
+	checkNoLeak(t)
+	s := newStream(t, 0, byteChan("stdout", stream.Block, 1<<20))
+	a, err := s.Attach(nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	s.Log("stdout").Write([]byte("last words"))
+	s.Finish(exitEnd(4))
+	a.CutAfter(stream.End{Reason: stream.ReasonResume})
+	if it := nextWithin(t, a, 4096); it.Kind != stream.ItemData || string(it.Data) != "last words" {
+		t.Fatalf("got %s", describe(it))
+	}
+	if it := nextWithin(t, a, 4096); it.Kind != stream.ItemEnd || it.End.Reason != stream.ReasonExit || *it.End.ExitCode != 4 {
+		t.Fatalf("got %s", describe(it))
 	}
 }

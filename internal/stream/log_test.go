@@ -380,36 +380,3 @@ func TestLogAccessorsAndDefaults(t *testing.T) {
 		t.Fatalf("Cursors %v", c)
 	}
 }
-
-// Retained follows the memory a log holds: its output buffer,
-// which grows up to the capacity, or its encoded events, of which old
-// ones are dropped.
-func TestLogStatsRetained(t *testing.T) {
-	s := newStream(t, 0, byteChan("stdout", stream.Drop, 10000), eventChan("events", stream.Drop, 3))
-	out, events := s.Log("stdout"), s.Log("events")
-	for _, step := range []struct {
-		write, events int // bytes written, events of 10 bytes appended
-		out, ev       int // Retained after the step
-	}{
-		{0, 0, 0, 0},
-		{60, 1, 4096, 10}, // the buffer's first allocation
-		{5000, 1, 8192, 20},
-		{6000, 1, 10000, 30}, // both full
-		{9000, 5, 10000, 30}, // the oldest bytes and events dropped
-	} {
-		if _, err := out.Write(make([]byte, step.write)); err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < step.events; i++ {
-			if _, err := events.Append(func(seq uint64) []byte { return seqEvent(seq, 10) }); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got := out.Retained(); got != step.out {
-			t.Errorf("after writing %d more bytes: retained %d, want %d", step.write, got, step.out)
-		}
-		if got := events.Retained(); got != step.ev {
-			t.Errorf("after %d more events: retained %d, want %d", step.events, got, step.ev)
-		}
-	}
-}

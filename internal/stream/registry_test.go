@@ -30,8 +30,9 @@ func TestRegistrySweep(t *testing.T) {
 	running := r.Create(stream.Config{Kind: stream.KindProcess})
 	ended := r.Create(stream.Config{Kind: stream.KindProcess})
 	held := r.Create(stream.Config{Kind: stream.KindWatch})
-	if running.ID != 1 || ended.ID != 2 || held.ID != 3 {
-		t.Fatalf("ids %d %d %d, want 1 2 3", running.ID, ended.ID, held.ID)
+	base := running.ID - 1
+	if ended.ID != base+2 || held.ID != base+3 {
+		t.Fatalf("ids %d %d %d, want consecutive", running.ID, ended.ID, held.ID)
 	}
 	a, err := held.Attach(nil, 0)
 	if err != nil {
@@ -40,35 +41,35 @@ func TestRegistrySweep(t *testing.T) {
 	finished := time.Now()
 	ended.Finish(exitEnd(0))
 	held.Finish(stream.End{Reason: stream.ReasonClosed})
-	if r.Get(2) != ended {
+	if r.Get(base+2) != ended {
 		t.Fatal("ended stream forgotten at once")
 	}
-	if !eventually(func() bool { return r.Get(2) == nil }) {
+	if !eventually(func() bool { return r.Get(base+2) == nil }) {
 		t.Fatal("ended stream never forgotten")
 	}
 	if d := time.Since(finished); d < keep {
 		t.Fatalf("ended stream forgotten %v after its end, keep is %v", d, keep)
 	}
 	time.Sleep(2 * keep)
-	if r.Get(3) != held || r.Get(1) != running {
+	if r.Get(base+3) != held || r.Get(base+1) != running {
 		t.Fatal("swept an attached or a running stream")
 	}
 	a.Close()
-	if !eventually(func() bool { return r.Get(3) == nil }) {
+	if !eventually(func() bool { return r.Get(base+3) == nil }) {
 		t.Fatal("ended stream not forgotten after its last detach")
 	}
-	if r.Get(1) != running {
+	if r.Get(base+1) != running {
 		t.Fatal("swept a running stream")
 	}
-	if s := r.Create(stream.Config{}); s.ID != 4 {
-		t.Fatalf("id after sweeping %d, want 4 (never reused)", s.ID)
+	if s := r.Create(stream.Config{}); s.ID != base+4 {
+		t.Fatalf("id after sweeping %d, want %d (never reused)", s.ID, base+4)
 	}
-	if l := r.List(""); len(l) != 2 || l[0].ID != 1 || l[1].ID != 4 {
+	if l := r.List(""); len(l) != 2 || l[0].ID != base+1 || l[1].ID != base+4 {
 		t.Fatalf("List after sweep: %d streams", len(l))
 	}
 	r.Close()
 	r.Close() // harmless
-	if r.Get(1) != running {
+	if r.Get(base+1) != running {
 		t.Fatal("Close made streams unreadable")
 	}
 }
@@ -90,7 +91,7 @@ func TestRegistryListAndFind(t *testing.T) {
 	ids := func(l []*stream.Stream) []uint64 {
 		var out []uint64
 		for _, s := range l {
-			out = append(out, s.ID)
+			out = append(out, s.ID-p1.ID+1) // 1 for the first
 		}
 		return out
 	}
@@ -156,7 +157,8 @@ func TestRegistryConcurrentCreate(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for id := uint64(1); id <= goroutines*each; id++ {
+	first := r.Create(stream.Config{}).ID - goroutines*each
+	for id := first; id < first+goroutines*each; id++ {
 		if !seen[id] {
 			t.Fatalf("id %d skipped", id)
 		}

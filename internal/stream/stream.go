@@ -40,6 +40,10 @@ type Config struct {
 	// Control is the producer's handle for ops on the stream (signal,
 	// input, resize...); the endpoint asserts the interfaces it needs.
 	Control any
+	// Reservation is retention budget set aside for the stream with
+	// Registry.Reserve (for a `buffer` a client asked for); Create uses it
+	// up.
+	Reservation *Reservation
 }
 
 // Stream is one long-lived producer with its channel logs.
@@ -52,21 +56,29 @@ type Stream struct {
 	Control any
 	Created time.Time
 
+	reg    *Registry
+	budget *Budget
+
 	mu         sync.Mutex
 	logs       []*Log
 	changed    chan struct{}
 	grace      time.Duration
 	attached   int
+	atts       []*Attachment // open attachments
 	lastDetach time.Time
 	end        *End
 	endedAt    time.Time
 	done       chan struct{}
+	held       int64 // memory the logs hold, charged to the budget
+	reserve    int64 // budget set aside while the stream runs
+	trimmed    bool  // read to the end: only a tail is kept
+	freed      bool  // the buffers were let go for good
 }
 
-func newStream(id uint64, cfg Config, now time.Time) *Stream {
+func newStream(id uint64, cfg Config, now time.Time, reg *Registry, reserve int64) *Stream {
 	s := &Stream{
 		ID: id, Kind: cfg.Kind, Pid: cfg.Pid, Tag: cfg.Tag, Argv: cfg.Argv,
-		Control: cfg.Control, Created: now,
+		Control: cfg.Control, Created: now, reg: reg, budget: reg.budget, reserve: reserve,
 		changed: make(chan struct{}), grace: cfg.Grace,
 		lastDetach: now, done: make(chan struct{}),
 	}
@@ -107,20 +119,112 @@ func (s *Stream) Done() <-chan struct{} { return s.done }
 
 // Finish closes every log and records how the stream ended. Producers call
 // it after their last write; later writes fail with ErrClosed. Only the
-// first call counts.
+// first call counts. What the stream set aside of the budget goes back;
+// what it retains stays, for clients to read, until every client has
+// acknowledged it or the registry lets the stream expire.
 func (s *Stream) Finish(e End) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.end != nil {
+		s.mu.Unlock()
 		return
 	}
 	for _, l := range s.logs {
 		l.closed = true
 	}
+	charged := s.chargeLocked()
 	s.end = &e
 	s.endedAt = time.Now()
+	s.budget.give(charged - s.chargeLocked())
+	s.budget.addEnded(s.held)
 	close(s.done)
+	s.trimIfReadLocked()
 	s.notifyLocked()
+	s.mu.Unlock()
+	s.reg.noteEnded(s)
+}
+
+// chargeLocked is what the stream counts against the budget.
+func (s *Stream) chargeLocked() int64 {
+	if s.end == nil {
+		return max(s.held, s.reserve)
+	}
+	return s.held
+}
+
+// growLocked charges n more bytes of memory to the stream. When the
+// budget has no room it changes nothing and returns a channel that is
+// closed once memory is given back.
+func (s *Stream) growLocked(n int64) (bool, <-chan struct{}) {
+	before := s.chargeLocked()
+	s.held += n
+	if d := s.chargeLocked() - before; d > 0 {
+		if ok, wait := s.budget.takeOrWait(d, s.held <= streamFloor); !ok {
+			s.held -= n
+			return false, wait
+		}
+	}
+	if s.end != nil {
+		s.budget.addEnded(n)
+	}
+	return true, nil
+}
+
+// shrinkLocked records that the logs let n bytes of memory go.
+func (s *Stream) shrinkLocked(n int64) {
+	before := s.chargeLocked()
+	s.held -= n
+	if s.end != nil {
+		s.budget.addEnded(-n)
+	}
+	s.budget.give(before - s.chargeLocked())
+}
+
+// ReadTail is what an ended stream keeps of each channel once clients have
+// read it all: enough for a client that attaches later (by tag, say) to
+// see how a command ended, while a big output lets its memory go at once.
+const ReadTail = 64 << 10
+
+// trimIfReadLocked lets an ended stream's buffers go, but for ReadTail of
+// each channel, once clients have acknowledged everything in them and no
+// attached client still needs any: nobody is waiting for that data, and
+// the memory is better given back at once than when the stream expires.
+func (s *Stream) trimIfReadLocked() {
+	if s.end == nil || s.freed || s.trimmed {
+		return
+	}
+	for i, l := range s.logs {
+		if l.acked < l.end {
+			return
+		}
+		for _, a := range s.atts {
+			if a.acked[i] < l.end {
+				return
+			}
+		}
+	}
+	s.trimmed = true
+	for _, l := range s.logs {
+		l.keepTail(ReadTail)
+	}
+}
+
+// freeLocked lets every buffer of the stream go for good.
+func (s *Stream) freeLocked() {
+	if s.freed {
+		return
+	}
+	s.freed = true
+	for _, l := range s.logs {
+		l.free()
+	}
+}
+
+// trimAckedLocked lets go of what clients acknowledged, for a budget
+// that others are waiting on.
+func (s *Stream) trimAckedLocked() {
+	for _, l := range s.logs {
+		l.trimAcked()
+	}
 }
 
 // Ended returns the end record, or nil while the stream runs.
@@ -162,15 +266,17 @@ func (s *Stream) inGraceLocked() bool {
 	return s.attached > 0 || (s.grace > 0 && time.Since(s.lastDetach) < s.grace)
 }
 
-// waiter is a blocked writer's wait: until the stream changes, or until the
+// waiter is a blocked writer's wait: until the stream changes, until the
+// budget gets memory back (when that is what it waits for), or until the
 // grace period runs out (which changes what a write may discard).
 type waiter struct {
 	ch       <-chan struct{}
+	budget   <-chan struct{}
 	deadline time.Time
 }
 
-func (s *Stream) waiterLocked() *waiter {
-	w := &waiter{ch: s.changed}
+func (s *Stream) waiterLocked(budget <-chan struct{}) *waiter {
+	w := &waiter{ch: s.changed, budget: budget}
 	if s.attached == 0 && s.grace > 0 {
 		w.deadline = s.lastDetach.Add(s.grace)
 	}
@@ -178,15 +284,16 @@ func (s *Stream) waiterLocked() *waiter {
 }
 
 func (w *waiter) do() {
-	if w.deadline.IsZero() {
-		<-w.ch
-		return
+	var timeout <-chan time.Time
+	if !w.deadline.IsZero() {
+		t := time.NewTimer(time.Until(w.deadline))
+		defer t.Stop()
+		timeout = t.C
 	}
-	t := time.NewTimer(time.Until(w.deadline))
-	defer t.Stop()
 	select {
 	case <-w.ch:
-	case <-t.C:
+	case <-w.budget:
+	case <-timeout:
 	}
 }
 
@@ -210,6 +317,9 @@ type End struct {
 	Status         string // done: ok, error, aborted
 	ExecutionCount *int   // done
 	Message        string // error, and optional detail for others
+	// Extra holds fields of a producer's own (a file's size and hash);
+	// they never replace the fields above.
+	Extra map[string]any
 }
 
 // Fields returns the end's reason-specific fields for JSON encoding.
@@ -229,6 +339,11 @@ func (e End) Fields() map[string]any {
 	}
 	if e.Message != "" {
 		m["message"] = e.Message
+	}
+	for k, v := range e.Extra {
+		if _, taken := m[k]; !taken {
+			m[k] = v
+		}
 	}
 	return m
 }

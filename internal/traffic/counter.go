@@ -17,6 +17,10 @@ import (
 // shorter would suspend sandboxes between two keystrokes of a user.
 const MinIdleSeconds = 60
 
+// MaxIdleSeconds is the largest (30 days): a policy is a duration like
+// every other, and no larger one means anything for a sandbox.
+const MaxIdleSeconds = 30 * 24 * 60 * 60
+
 // Counter is safe for concurrent use; the zero value is not: use NewCounter.
 //
 // Idle time is measured on the monotonic clock: the wall clock is stepped
@@ -113,6 +117,9 @@ func (c *Counter) SetMaxIdle(seconds int64) error {
 	}
 	if seconds < 0 {
 		return ErrIdleTooShort
+	}
+	if seconds > MaxIdleSeconds {
+		return ErrIdleTooLong
 	}
 	c.maxIdle.Store(seconds)
 	return nil

@@ -1,10 +1,15 @@
 package traffic
 
-import "errors"
+import (
+	"errors"
+	"strconv"
+)
 
 var (
 	// ErrIdleTooShort rejects an idle policy below MinIdleSeconds.
 	ErrIdleTooShort = errors.New("max_idle_seconds must be 0 (no policy) or at least 60")
+	// ErrIdleTooLong rejects an idle policy above MaxIdleSeconds.
+	ErrIdleTooLong = errors.New("max_idle_seconds must be at most " + strconv.Itoa(MaxIdleSeconds) + " (30 days)")
 	// ErrMaxHold rejects a maximum hold time out of its range.
 	ErrMaxHold = errors.New("the maximum hold time must be from 1 second to 10 years")
 	// ErrHoldTTL rejects a lease outside MinHoldTTL to MaxHoldTTL.

@@ -42,6 +42,46 @@ func (w *countedWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// countChunk is how much of a ReadFrom is counted at once: a long
+// download keeps counting as it goes, so it keeps the sandbox awake.
+const countChunk = 4 << 20
+
+// ReadFrom lets io.Copy (and http.ServeContent) reach the real writer's
+// ReadFrom, which sends a file with sendfile(2), in counted chunks.
+func (w *countedWriter) ReadFrom(r io.Reader) (int64, error) {
+	rf, ok := w.ResponseWriter.(io.ReaderFrom)
+	if !ok {
+		return io.Copy(writerOnly{w}, r)
+	}
+	// A limited file stays one LimitedReader around the file, which is
+	// what sendfile recognizes.
+	src, limit := r, int64(-1)
+	if lr, ok := r.(*io.LimitedReader); ok {
+		src, limit = lr.R, lr.N
+	}
+	var total int64
+	for limit != 0 {
+		want := int64(countChunk)
+		if limit > 0 {
+			want = min(want, limit)
+		}
+		n, err := rf.ReadFrom(&io.LimitedReader{R: src, N: want})
+		total += n
+		w.c.Out(int(n))
+		if limit > 0 {
+			limit -= n
+			r.(*io.LimitedReader).N = limit
+		}
+		if err != nil || n < want {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// writerOnly hides ReadFrom, so io.Copy does not call it again.
+type writerOnly struct{ io.Writer }
+
 func (w *countedWriter) Flush() { http.NewResponseController(w.ResponseWriter).Flush() }
 
 func (w *countedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

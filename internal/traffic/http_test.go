@@ -1,11 +1,14 @@
 package traffic
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestCountHTTP: request and response bodies count both ways, and a
@@ -34,5 +37,42 @@ func TestCountHTTP(t *testing.T) {
 	s := c.Snapshot()
 	if s.BytesIn != 5 || s.BytesOut != 6 {
 		t.Fatalf("counted in %d out %d, want 5 and 6", s.BytesIn, s.BytesOut)
+	}
+}
+
+// TestCountHTTPServeContent: a file served by http.ServeContent (through
+// ReadFrom, chunk by chunk) is counted in full, and a range as its bytes.
+func TestCountHTTPServeContent(t *testing.T) {
+	c := NewCounter()
+	f, err := os.CreateTemp(t.TempDir(), "content")
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := bytes.Repeat([]byte("0123456789"), 1<<20) // 10 MiB: several chunks
+	f.Write(content)
+	h := CountHTTP(c, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "f", time.Time{}, f)
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Equal(body, content) || c.Snapshot().BytesOut != uint64(len(content)) {
+		t.Fatalf("got %d bytes, counted %d", len(body), c.Snapshot().BytesOut)
+	}
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	req.Header.Set("Range", "bytes=5-14")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "5678901234" || c.Snapshot().BytesOut != uint64(len(content))+10 {
+		t.Fatalf("range: %q, counted %d", body, c.Snapshot().BytesOut)
 	}
 }

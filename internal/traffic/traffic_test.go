@@ -40,6 +40,14 @@ func TestIdlePolicy(t *testing.T) {
 			t.Errorf("SetMaxIdle(%d) = %v", bad, err)
 		}
 	}
+	for _, bad := range []int64{MaxIdleSeconds + 1, 1 << 62} {
+		if err := c.SetMaxIdle(bad); !errors.Is(err, ErrIdleTooLong) {
+			t.Errorf("SetMaxIdle(%d) = %v", bad, err)
+		}
+	}
+	if err := c.SetMaxIdle(MaxIdleSeconds); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.SetMaxIdle(60); err != nil {
 		t.Fatal(err)
 	}

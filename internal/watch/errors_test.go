@@ -29,6 +29,7 @@ func TestBadPaths(t *testing.T) {
 	}{
 		{"empty", "", wire.CodeBadRequest, "path is required"},
 		{"relative", "some/dir", wire.CodeBadRequest, "not absolute"},
+		{"NUL byte", dir + "/a\x00b", wire.CodeBadRequest, "NUL byte"},
 		{"missing", filepath.Join(dir, "missing"), wire.CodeNotFound, "no such directory"},
 		{"file", file, wire.CodeBadRequest, "not a directory"},
 		{"below a file", file + "/x", wire.CodeBadRequest, "not a directory"},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -190,6 +191,10 @@ func resolve(path string) (display, root string, err error) {
 	}
 	if !filepath.IsAbs(path) {
 		return "", "", wire.Errorf(wire.CodeBadRequest, "watch: path %q is not absolute", path)
+	}
+	if strings.IndexByte(path, 0) >= 0 {
+		// No file name holds one; the kernel would answer EINVAL.
+		return "", "", wire.Errorf(wire.CodeBadRequest, "watch: path %q holds a NUL byte", path)
 	}
 	display = filepath.Clean(path)
 	// The kernel's stat first: it reports a symlink loop as ELOOP, where

@@ -19,6 +19,8 @@ const (
 	CodeLimit       Code = "limit"
 	CodeUnavailable Code = "unavailable"
 	CodeInternal    Code = "internal"
+	// CodePermissionDenied: the user an op runs as may not do it.
+	CodePermissionDenied Code = "permission_denied"
 )
 
 // Error is an error that carries its protocol code. Handlers return it so
@@ -96,7 +98,7 @@ func (r Request) Params(v any) error {
 	dec := json.NewDecoder(bytes.NewReader(r.Raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return Errorf(CodeBadRequest, "%s: bad parameters: %v", r.Op, err)
+		return Errorf(CodeBadRequest, "%s: bad parameters: %s", r.Op, DescribeJSON(err))
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ const (
 	ChanStdout byte = 1
 	ChanStderr byte = 2
 	ChanPTY    byte = 3
+	ChanData   byte = 4 // a file's content (file_read)
 )
 
 // Size limits of the protocol.
@@ -105,7 +106,7 @@ func DecodeData(msg []byte) (Data, error) {
 			return d, fmt.Errorf("%w: IN on channel %d", ErrChannel, d.Channel)
 		}
 	case Out:
-		if d.Channel < ChanStdout || d.Channel > ChanPTY {
+		if d.Channel < ChanStdout || d.Channel > ChanData {
 			return d, fmt.Errorf("%w: OUT on channel %d", ErrChannel, d.Channel)
 		}
 		if d.Offset, n = binary.Uvarint(rest); n <= 0 {
@@ -132,6 +133,8 @@ func ChannelName(ch byte) string {
 		return "stderr"
 	case ChanPTY:
 		return "pty"
+	case ChanData:
+		return "data"
 	}
 	return ""
 }
@@ -146,6 +149,8 @@ func ChannelNumber(name string) (byte, bool) {
 		return ChanStderr, true
 	case "pty":
 		return ChanPTY, true
+	case "data":
+		return ChanData, true
 	}
 	return 0, false
 }

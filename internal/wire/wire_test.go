@@ -12,6 +12,7 @@ func TestDataRoundTrip(t *testing.T) {
 		{Type: Out, Stream: 1, Channel: ChanStdout, Offset: 0, Payload: []byte("hello")},
 		{Type: Out, Stream: 1 << 40, Channel: ChanStderr, Offset: 1 << 50, Payload: []byte{}},
 		{Type: Out, Stream: 300, Channel: ChanPTY, Offset: 127, Payload: bytes.Repeat([]byte{0xff}, 1000)},
+		{Type: Out, Stream: 301, Channel: ChanData, Offset: 1 << 30, Payload: []byte("file")},
 		{Type: In, Stream: 9, Channel: ChanInput, Payload: []byte("input\n")},
 	}
 	for _, c := range cases {
@@ -48,6 +49,7 @@ func TestDecodeDataErrors(t *testing.T) {
 		{"bad type", []byte{0x07, 0x01, 0x00}, ErrFrameType},
 		{"in on stdout", []byte{0x02, 0x01, 0x01}, ErrChannel},
 		{"out on input", []byte{0x01, 0x01, 0x00, 0x00}, ErrChannel},
+		{"out on an unknown channel", []byte{0x01, 0x01, 0x05, 0x00}, ErrChannel},
 		{"out missing offset", []byte{0x01, 0x01, 0x01}, ErrVarint},
 		{"varint overflow", []byte{0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x00}, ErrVarint},
 		{"too large", big, ErrTooLarge},

@@ -20,4 +20,9 @@
 // /v1/resume. The agent cuts every connection with 4000, the client
 // reconnects and reattaches, and the tests check that every byte and event
 // arrived exactly once.
+//
+// The file transfer tests that need a real agent live here too: transfers
+// across a pause, a power cut in the middle of an upload, and 1 GiB each
+// way over HTTP and the websocket (run with the agent binary's own cp, so
+// that only the test process pays for -race).
 package freezetest

@@ -1,20 +1,27 @@
-// Command vmrun boots the rayito image under QEMU, waits for the agent and
-// prints its URL; ctrl-C stops the VM.
+// Command vmrun boots the rayito image under QEMU, waits for the agent,
+// gives it an access token (RAYITO_ACCESS_TOKEN, or a new one) as a host
+// does with /v1/init, and prints its URL and the token; ctrl-C stops the
+// VM.
 //
 //	go run ./rootfs/vm/cmd/vmrun [-build build] [-init systemd] [-port 49983]
 package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/rayito/rayito-agent/rootfs/vm"
 	"go.uber.org/zap"
+
+	"github.com/rayito/rayito-agent/client"
+	"github.com/rayito/rayito-agent/rootfs/vm"
 )
 
 func main() {
@@ -28,7 +35,9 @@ func main() {
 	wait := flag.Duration("timeout", 3*time.Minute, "how long to wait for the agent")
 	flag.Parse()
 
-	log, _ := zap.NewDevelopment()
+	// Stack traces only for bugs: what goes wrong booting a VM is said
+	// in the message.
+	log, _ := zap.NewDevelopment(zap.AddStacktrace(zap.DPanicLevel))
 	defer func() { _ = log.Sync() }()
 	cfg := vm.BuildConfig(*build)
 	if *image != "" {
@@ -67,8 +76,16 @@ func run(cfg vm.Config, wait time.Duration) error {
 	if err := v.WaitHealthy(bctx); err != nil {
 		return err
 	}
+	token, err := giveToken(bctx, v.AgentURL())
+	if err != nil {
+		return err
+	}
+	url := strings.Replace(v.AgentURL(), "http://", "ws://", 1)
 	fmt.Printf("agent: %s (healthy after %s, %s, console log %s)\n",
-		v.AgentURL(), time.Since(started).Round(time.Millisecond), v.Accel(), v.SerialLog())
+		url, time.Since(started).Round(time.Millisecond), v.Accel(), v.SerialLog())
+	fmt.Printf("token: %s\n", token)
+	fmt.Printf("try:   export RAYITO_ACCESS_TOKEN=%s\n", token)
+	fmt.Printf("       bin/rayito-agent exec --url %s -- uname -a\n", url)
 	fmt.Println("ctrl-C stops the VM")
 	select {
 	case <-ctx.Done():
@@ -76,4 +93,24 @@ func run(cfg vm.Config, wait time.Duration) error {
 	case <-v.Exited():
 		return fmt.Errorf("qemu exited; console:\n%s", v.SerialTail())
 	}
+}
+
+// giveToken sets the agent's access token with the host's first
+// /v1/init (the image's agent starts without one) and the wall clock:
+// RAYITO_ACCESS_TOKEN if set, else a new random one.
+func giveToken(ctx context.Context, url string) (string, error) {
+	token := os.Getenv("RAYITO_ACCESS_TOKEN")
+	if token == "" {
+		b := make([]byte, 12)
+		if _, err := rand.Read(b); err != nil {
+			return "", err
+		}
+		token = "vm-" + hex.EncodeToString(b)
+	}
+	// The bearer too: an image configured with this token accepts it.
+	h := client.Host{URL: url, Token: token}
+	if _, err := h.Init(ctx, client.InitOptions{AccessToken: token, TimeUnixNs: time.Now().UnixNano()}); err != nil {
+		return "", fmt.Errorf("setting the agent's token: %w", err)
+	}
+	return token, nil
 }

@@ -1,0 +1,262 @@
+package client_test
+
+import (
+	"context"
+	"crypto/rand"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rayito/rayito-agent/client"
+)
+
+// transferSize is what each transfer benchmark moves per iteration.
+const transferSize = 1 << 30
+
+// benchFile writes a file of random bytes of the given size.
+func benchFile(b testing.TB, path string, size int64) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	block := make([]byte, 1<<20)
+	rand.Read(block)
+	for off := int64(0); off < size; off += int64(len(block)) {
+		if _, err := f.Write(block[:min(int64(len(block)), size-off)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFileTransfer moves 1 GiB per iteration between two files of
+// the same disk (the test's temporary directory) through the agent, and
+// through the baselines, in one run:
+//
+//   - tcp-copy: the file sent over a loopback TCP connection (sendfile)
+//     into a file, the raw cost of the bytes crossing a socket;
+//   - cp: the cp command on the same disk; "+fsync" variants sync the
+//     copy as the agent's upload does before its commit;
+//   - ws-download, ws-upload: the Go client's Open and Create;
+//   - http-download, http-upload: GET and PUT /v1/files.
+//
+// Run with -benchtime 1x or 3x; compare the MB/s of one run.
+// RAYITO_BENCH_DIR picks another disk (such as a tmpfs) than the
+// temporary directory's.
+func BenchmarkFileTransfer(b *testing.B) {
+	a := newAgent(b)
+	c := a.dial(b, client.Options{})
+	dir := b.TempDir()
+	if d := os.Getenv("RAYITO_BENCH_DIR"); d != "" {
+		var err error
+		if dir, err = os.MkdirTemp(d, "bench-"); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { os.RemoveAll(dir) })
+	}
+	src := filepath.Join(dir, "src")
+	benchFile(b, src, transferSize)
+	dst := filepath.Join(dir, "dst")
+	base := "http" + strings.TrimPrefix(a.url, "ws")
+	ctx := context.Background()
+	run := func(name string, fn func() error) {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(transferSize)
+			var cpu time.Duration
+			for range b.N {
+				b.StopTimer()
+				os.Remove(dst)
+				before := cpuTime()
+				b.StartTimer()
+				if err := fn(); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				cpu += cpuTime() - before
+				b.StartTimer()
+			}
+			b.StopTimer()
+			// CPU time says what a path costs whatever else runs on the
+			// machine; throughput alone depends on the load.
+			b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/GiB")
+			if st, err := os.Stat(dst); err != nil || st.Size() != transferSize {
+				b.Fatalf("copy has %v bytes: %v", st, err)
+			}
+		})
+	}
+	run("tcp-copy", func() error { return tcpCopy(src, dst, false) })
+	run("tcp-copy+fsync", func() error { return tcpCopy(src, dst, true) })
+	run("cp", func() error { return exec.Command("cp", src, dst).Run() })
+	run("cp+fsync", func() error {
+		if err := exec.Command("cp", src, dst).Run(); err != nil {
+			return err
+		}
+		return exec.Command("sync", dst).Run()
+	})
+	run("ws-download", func() error {
+		r, err := c.Files().Open(ctx, src)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		f, err := os.Create(dst)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = r.WriteTo(f)
+		return err
+	})
+	run("ws-upload", func() error {
+		f, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w, err := c.Files().Create(ctx, dst, client.WriteOptions{})
+		if err != nil {
+			return err
+		}
+		if _, err := w.ReadFrom(f); err != nil {
+			return err
+		}
+		return w.Close()
+	})
+	run("http-download", func() error {
+		req, _ := http.NewRequest("GET", base+"/v1/files?"+url.Values{"path": {src}}.Encode(), nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(dst)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(f, resp.Body)
+		return err
+	})
+	run("http-upload", func() error {
+		f, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		req, _ := http.NewRequest("PUT", base+"/v1/files?"+url.Values{"path": {dst}}.Encode(), f)
+		req.ContentLength = transferSize
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode >= 300 {
+			return &client.Error{Code: client.CodeInternal, Message: "PUT answered " + strconv.Itoa(resp.StatusCode)}
+		}
+		return nil
+	})
+}
+
+// cpuTime is the CPU time used so far by this process (client and agent
+// alike) and by its waited-for children (cp).
+func cpuTime() time.Duration {
+	var self, children syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
+	total := time.Duration(0)
+	for _, tv := range []syscall.Timeval{self.Utime, self.Stime, children.Utime, children.Stime} {
+		total += time.Duration(tv.Nano())
+	}
+	return total
+}
+
+// tcpCopy sends src over a loopback TCP connection into dst.
+func tcpCopy(src, dst string, sync bool) error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	sent := make(chan error, 1)
+	go func() {
+		conn, err := l.Accept()
+		if err != nil {
+			sent <- err
+			return
+		}
+		defer conn.Close()
+		f, err := os.Open(src)
+		if err != nil {
+			sent <- err
+			return
+		}
+		defer f.Close()
+		_, err = io.Copy(conn, f)
+		sent <- err
+	}()
+	conn, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	f, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, conn); err != nil {
+		return err
+	}
+	if sync {
+		if err := f.Sync(); err != nil {
+			return err
+		}
+	}
+	return <-sent
+}
+
+// BenchmarkStatRoundTrip is 1,000 stats per iteration through the Go
+// client (as the agent's own user, and as nobody, whose identity a kept
+// thread borrows), against 1,000 plain websocket requests (list, answered
+// on the connection's reader) and 1,000 local lstat calls, in one run.
+func BenchmarkStatRoundTrip(b *testing.B) {
+	a := newAgent(b)
+	c := a.dial(b, client.Options{})
+	dir := b.TempDir()
+	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Dir(dir), 0o755)
+	p := filepath.Join(dir, "f")
+	os.WriteFile(p, []byte("x"), 0o644)
+	ctx := context.Background()
+	run := func(name string, fn func() error) {
+		b.Run(name, func(b *testing.B) {
+			lat := make([]time.Duration, 0, 1000*b.N)
+			for range b.N {
+				for range 1000 {
+					start := time.Now()
+					if err := fn(); err != nil {
+						b.Fatal(err)
+					}
+					lat = append(lat, time.Since(start))
+				}
+			}
+			b.StopTimer()
+			reportLatency(b, lat)
+		})
+	}
+	run("local-lstat", func() error { _, err := os.Lstat(p); return err })
+	run("ws-request", func() error { _, err := c.List(ctx, "none"); return err })
+	run("stat", func() error { _, err := c.Files().Stat(ctx, p); return err })
+	run("stat-as-nobody", func() error { _, err := c.Files().As("nobody").Stat(ctx, p); return err })
+}

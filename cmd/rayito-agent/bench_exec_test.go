@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/rayito/rayito-agent/client"
+	"github.com/rayito/rayito-agent/internal/proc"
+)
+
+// execBlock is how many execs of one kind run before the next kind's
+// turn: the kinds alternate, so a change in the machine's load hits all.
+const execBlock = 20
+
+// BenchmarkAgentExec is `/bin/true` run through an agent process, against
+// baselines measured in the same run: a bare os/exec Run, and the same
+// spawn through the agent's reaper (fork, exec, SIGCHLD, wait4), in this
+// process. Each op runs every kind once (in blocks of execBlock).
+// Metrics: p50 of each; `sdk/osexec` is the first goal (at most 1.3), and
+// `sdk-adds-µs`, `bare-adds-µs` what the agent adds over the reaper
+// spawn (at most 200). On a loaded machine the CPU time of every process
+// per exec and the agent's context switches per exec (how often its
+// threads slept and were woken) tell more than the latencies.
+func BenchmarkAgentExec(b *testing.B) {
+	a := startAgentProc(b)
+	c := a.dial(b)
+	rc := a.raw(b)
+	ctx := context.Background()
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer null.Close()
+	fd := null.Fd()
+	attr := &syscall.ProcAttr{Files: []uintptr{fd, fd, fd}, Sys: &syscall.SysProcAttr{Setsid: true}}
+	argv := []string{"/bin/true"}
+
+	kinds := []struct {
+		name string
+		run  func(n int) []time.Duration
+	}{
+		{"osexec", func(n int) []time.Duration {
+			return timeEach(n, func() {
+				if err := exec.Command(argv[0]).Run(); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}},
+		{"reaper", func(n int) []time.Duration {
+			// Only while this block runs: a reaper steals the statuses
+			// os/exec waits for.
+			r, err := proc.NewReaper()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			return timeEach(n, func() {
+				_, status, err := r.ForkExec(argv[0], argv, attr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if st := <-status; st.ExitCode() != 0 {
+					b.Fatal(st)
+				}
+			})
+		}},
+		{"sdk", func(n int) []time.Duration {
+			return timeEach(n, func() {
+				p, err := c.Exec(ctx, client.ExecOptions{Argv: argv})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if st, err := p.Wait(ctx); err != nil || st.ExitCode() != 0 {
+					b.Fatal(st, err)
+				}
+			})
+		}},
+		{"bare", func(n int) []time.Duration {
+			return timeEach(n, func() { rc.execTrue() })
+		}},
+	}
+	lat := make([][]time.Duration, len(kinds))
+	var cpu [4]time.Duration // CPU of this process and the agent, per kind
+	var switches [4]int      // the agent's context switches, per kind
+	b.ResetTimer()
+	for done := 0; done < b.N; done += execBlock {
+		n := min(execBlock, b.N-done)
+		for i, k := range kinds {
+			cpu0, sw0 := ownCPU()+a.cpu(b), a.switches(b)
+			lat[i] = append(lat[i], k.run(n)...)
+			cpu[i] += ownCPU() + a.cpu(b) - cpu0
+			switches[i] += a.switches(b) - sw0
+		}
+	}
+	b.StopTimer()
+	for i, k := range kinds {
+		b.ReportMetric(micros(cpu[i])/float64(b.N), k.name+"-CPU-µs/op")
+	}
+	b.ReportMetric(float64(switches[2])/float64(b.N), "sdk-agent-switches/op")
+	b.ReportMetric(float64(switches[3])/float64(b.N), "bare-agent-switches/op")
+	p50 := make(map[string]float64)
+	for i, k := range kinds {
+		p50[k.name] = micros(quantile(lat[i], 0.5))
+		b.ReportMetric(p50[k.name], k.name+"-p50-µs")
+	}
+	b.ReportMetric(micros(quantile(lat[2], 0.99)), "sdk-p99-µs")
+	b.ReportMetric(p50["sdk"]/p50["osexec"], "sdk/osexec")
+	b.ReportMetric(p50["bare"]/p50["osexec"], "bare/osexec")
+	b.ReportMetric(p50["sdk"]-p50["reaper"], "sdk-adds-µs")
+	b.ReportMetric(p50["bare"]-p50["reaper"], "bare-adds-µs")
+}
+
+func timeEach(n int, f func()) []time.Duration {
+	lat := make([]time.Duration, n)
+	for i := range n {
+		start := time.Now()
+		f()
+		lat[i] = time.Since(start)
+	}
+	return lat
+}
+
+// execTrue runs /bin/true with bare frames: the request, its response,
+// then the stream's end event.
+func (rc *rawConn) execTrue() {
+	id := rc.request("exec", `"argv":["/bin/true"]`)
+	var stream uint64
+	for {
+		typ, msg := rc.read()
+		if typ != websocket.MessageText {
+			continue
+		}
+		m := rc.decode(msg)
+		switch {
+		case m.ID == id:
+			stream = m.Result.Stream
+		case m.Event == "end" && m.Stream == stream && stream != 0:
+			return
+		case m.Event == "end":
+			rc.tb.Fatalf("end of stream %d before the response: %s (id %s)", m.Stream, msg, strconv.FormatUint(id, 10))
+		}
+	}
+}

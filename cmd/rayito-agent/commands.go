@@ -1,0 +1,148 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+)
+
+// command is one subcommand of rayito-agent.
+type command struct {
+	name    string
+	args    string // what follows the name in its usage line
+	summary string // one line for the listing
+	run     func(args []string) int
+}
+
+// commands lists the subcommands, in the order `rayito-agent -h` shows
+// them: adding one is one line here. (A function, not a variable: the
+// commands' own usage reads this table.)
+func commands() []command {
+	return []command{
+		{"serve", "[flags]", "run the agent (also with no subcommand)", serve},
+		{"exec", "[flags] -- CMD [ARG...]", "run a command, stream its output, exit with its exit code", execCmd},
+		{"attach", "[flags] STREAM | --pid PID | --tag TAG", "follow a stream again: replay its output from a cursor, then live", attachCmd},
+		{"pty", "[flags] [-- CMD [ARG...]]", "an interactive terminal (default: the user's login shell)", ptyCmd},
+		{"watch", "[flags] PATH", "print a directory's changes as JSON lines until interrupted", watchCmd},
+		{"run-code", "[flags] CODE", "run Python on a kernel (CODE - reads it from stdin)", runCodeCmd},
+		{"cp", "[flags] LOCAL :REMOTE | :REMOTE LOCAL", "copy files or directories into or out of the sandbox (\"-\" is stdin or stdout)", cpCmd},
+		{"ls", "[flags] PATH", "list a directory of the sandbox", lsCmd},
+		{"stat", "[flags] PATH", "describe a file of the sandbox", statCmd},
+		{"rm", "[flags] PATH...", "remove files of the sandbox (-r: directories too)", rmCmd},
+		{"mkdir", "[flags] PATH...", "make directories in the sandbox, with their parents", mkdirCmd},
+		{"health", "[flags]", "print the agent's /health", healthCmd},
+		{"init", "[flags]", "configure the agent as a host does (POST /v1/init)", initCmd},
+		{"resume", "[flags]", "tell the agent its VM was resumed (POST /v1/resume)", resumeCmd},
+		{"version", "", "print the version", versionCmd},
+	}
+}
+
+func findCommand(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// dispatch runs the subcommand args name; no subcommand, or flags first,
+// is serve.
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		return serve(nil)
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		usage(stdout)
+		return 0
+	case "help":
+		if len(args) > 1 {
+			if c, ok := findCommand(args[1]); ok {
+				return c.run([]string{"-h"})
+			}
+		}
+		usage(stdout)
+		return 0
+	case "-version", "--version":
+		return versionCmd(nil)
+	}
+	if strings.HasPrefix(args[0], "-") {
+		return serve(args)
+	}
+	c, ok := findCommand(args[0])
+	if !ok {
+		fmt.Fprintf(stderr, "rayito-agent: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	return c.run(args[1:])
+}
+
+// usage lists the subcommands.
+func usage(w io.Writer) {
+	fmt.Fprint(w, "rayito-agent is the in-guest agent of a sandbox VM, and small clients for it.\n\nusage: rayito-agent [COMMAND] [flags]\n\ncommands:\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	for _, c := range commands() {
+		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
+	}
+	tw.Flush()
+	fmt.Fprint(w, `
+With no command, or flags first, it serves (rayito-agent serve -h for its flags).
+Client commands take --url (default `+defaultURL+`) and read the token from
+RAYITO_ACCESS_TOKEN. rayito-agent COMMAND -h describes each.
+`)
+}
+
+// commandFlags is the flag set of a subcommand, with the usage every
+// subcommand shares: its line, its summary, its flags.
+func commandFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c, _ := findCommand(name)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "%s\n\n%s.\n", strings.TrimSpace("usage: rayito-agent "+c.name+" "+c.args), upperFirst(c.summary))
+		if hasFlags(fs) {
+			fmt.Fprint(stderr, "\nflags:\n")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func versionCmd(args []string) int {
+	fs := commandFlags("version", os.Stderr)
+	if code, done := parseFlags(fs, args); done {
+		return code
+	}
+	fmt.Println(version)
+	return 0
+}
+
+// parseFlags parses a subcommand's flags; done says the command should
+// return code at once (-h: 0; a bad flag: 2, the flag package printed why).
+func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0, true
+		}
+		return 2, true
+	}
+	return 0, false
+}

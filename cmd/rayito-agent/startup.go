@@ -1,0 +1,83 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// startupError is a failure to start that a person fixes, such as a busy
+// port: serve prints it as one plain line, not as a log record.
+type startupError struct{ msg string }
+
+func (e *startupError) Error() string { return e.msg }
+
+// listen opens the endpoint's address first thing, so a busy port stops
+// the agent before it touches its state directory or starts anything.
+func listen(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	switch {
+	case err == nil:
+		return l, nil
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, &startupError{fmt.Sprintf("%s is already in use (another agent running?); pick another address with --listen or RAYITO_LISTEN", addr)}
+	case errors.Is(err, syscall.EACCES):
+		return nil, &startupError{fmt.Sprintf("not allowed to listen on %s (a port below 1024 needs root or CAP_NET_BIND_SERVICE)", addr)}
+	}
+	return nil, &startupError{fmt.Sprintf("cannot listen on %s: %v", addr, err)}
+}
+
+// catchSignals starts handling the signals the agent stops on, and a
+// hangup if it was started with hangups ignored. It runs before anything
+// starts programs: a signal ignored by the agent stays ignored in every
+// program it runs (Ctrl-C in a terminal would do nothing), and one it
+// handles is reset to the default at exec. Started in the background
+// (`agent &`, nohup, some supervisors) the agent has SIGINT or SIGHUP
+// ignored.
+func catchSignals() chan os.Signal {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	if signal.Ignored(syscall.SIGHUP) {
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+	}
+	return sigs
+}
+
+// imageMarker is written by the image build (rootfs/build-image.sh): its
+// presence says the agent is the agent of a sandbox VM.
+const imageMarker = "/etc/rayito-image"
+
+// clockPolicy decides whether the agent sets the wall clock when a host
+// sends the time (/v1/resume, /v1/init): that is its job in a sandbox VM,
+// whose clock stands still while it is paused, and never elsewhere,
+// where it would set the clock of the machine it runs on (a developer's,
+// under make run). mode is --set-clock: true, false, or auto (a VM image
+// built by this project, known by imageMarker).
+func clockPolicy(mode, marker string) (set bool, why string) {
+	switch mode {
+	case "true":
+		return true, "--set-clock=true"
+	case "false":
+		return false, "--set-clock=false"
+	}
+	if _, err := os.Stat(marker); err == nil {
+		return true, "a sandbox VM image (" + marker + " exists)"
+	}
+	return false, "not a sandbox VM image (no " + marker + "); --set-clock=true changes that"
+}
+
+// errClockNotSet is what setting the clock answers where the agent does
+// not set it.
+var errClockNotSet = errors.New("the agent does not set the clock on this machine (--set-clock)")
+
+// clockSetter is set, or a refusal where the policy says no.
+func clockSetter(allowed bool, set func(time.Time) error) func(time.Time) error {
+	if allowed {
+		return set
+	}
+	return func(time.Time) error { return errClockNotSet }
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// TestSurfacesMounted: the agent serves jupyter_server's API and the
+// code-interpreter API on its listener, and the code-interpreter API on
+// the second listener when asked; all of them reach the same kernels.
+func TestSurfacesMounted(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ciAddr := l.Addr().String()
+	l.Close()
+	base := "http" + strings.TrimPrefix(startAgent(t, "surface-token", "--code-interpreter-listen", ciAddr), "ws")
+	second := "http://" + ciAddr
+
+	do := func(method, url, body string, header ...string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	jupyterAuth := []string{"Authorization", "token surface-token"}
+	e2bAuth := []string{"X-Access-Token", "surface-token"}
+
+	if code, body := do("GET", base+"/api/kernelspecs", "", jupyterAuth...); code != 200 || !strings.Contains(body, `"python3"`) {
+		t.Fatalf("kernelspecs: %d %s", code, body)
+	}
+	if code, body := do("POST", second+"/execute", `{"code":"shared = 'both listeners'"}`, e2bAuth...); code != 200 || !strings.HasSuffix(body, "{\"type\":\"end_of_execution\"}\n") {
+		t.Fatalf("execute on the second listener: %d %s", code, body)
+	}
+	if code, body := do("POST", base+"/execute", `{"code":"shared"}`, e2bAuth...); code != 200 || !strings.Contains(body, `"text":"both listeners"`) {
+		t.Fatalf("execute on the main listener: %d %s", code, body)
+	}
+	if code, body := do("GET", base+"/api/kernels", "", jupyterAuth...); code != 200 || !strings.Contains(body, `"execution_state"`) {
+		t.Fatalf("the default kernel is a Jupyter kernel too: %d %s", code, body)
+	}
+	// The second listener serves the code-interpreter API only.
+	for _, path := range []string{"/api/kernels", "/health", "/v1/connect"} {
+		if code, _ := do("GET", second+path, "", jupyterAuth...); code != 404 && code != 401 {
+			t.Errorf("second listener serves %s: %d", path, code)
+		}
+	}
+	if code, _ := do("GET", second+"/contexts", ""); code != 401 {
+		t.Errorf("second listener without a token: %d", code)
+	}
+}
+
+func TestParseCodeInterpreterListen(t *testing.T) {
+	if c, err := parseServe(nil); err != nil || c.codeInterpListen != "" {
+		t.Fatalf("off by default: %+v, %v", c, err)
+	}
+	t.Setenv("RAYITO_CODE_INTERPRETER_LISTEN", "127.0.0.1:49999")
+	if c, err := parseServe(nil); err != nil || c.codeInterpListen != "127.0.0.1:49999" {
+		t.Fatalf("from the environment: %+v, %v", c, err)
+	}
+	if c, err := parseServe([]string{"--code-interpreter-listen", ":50000"}); err != nil || c.codeInterpListen != ":50000" {
+		t.Fatalf("the flag wins: %+v, %v", c, err)
+	}
+}
+
+// TestResumeCutsSurfaces: POST /v1/resume on a real agent closes kernel
+// websockets with 1012 and ends a running /execute with an error line
+// that names the resume.
+func TestResumeCutsSurfaces(t *testing.T) {
+	base := "http" + strings.TrimPrefix(startAgent(t, "resume-token"), "ws")
+	do := func(method, path, body string, header ...string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	code, body := do("POST", "/api/kernels", `{"name":"python3"}`, "Authorization", "token resume-token")
+	var k struct{ ID string }
+	if err := json.Unmarshal([]byte(body), &k); err != nil || code != 201 {
+		t.Fatalf("start kernel: %d %s", code, body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/api/kernels/"+k.ID+"/channels?token=resume-token",
+		&websocket.DialOptions{Subprotocols: []string{"v1.kernel.websocket.jupyter.org"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+
+	// A cell that waits until it is told to end.
+	gate := filepath.Join(t.TempDir(), "gate")
+	req, _ := http.NewRequest("POST", base+"/execute", strings.NewReader(`{"code":"import os, time\nprint('running', flush=True)\nwhile not os.path.exists('`+gate+`'): time.sleep(0.02)"}`))
+	req.Header.Set("X-Access-Token", "resume-token")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	defer os.WriteFile(gate, nil, 0o644)
+	lines := bufio.NewScanner(res.Body)
+	if !lines.Scan() || !strings.Contains(lines.Text(), "running") {
+		t.Fatalf("first line %q", lines.Text())
+	}
+
+	if code, body := do("POST", "/v1/resume", `{}`, "Authorization", "Bearer resume-token"); code != 200 {
+		t.Fatalf("resume: %d %s", code, body)
+	}
+	for {
+		if _, _, err := ws.Read(ctx); err != nil {
+			if websocket.CloseStatus(err) != 1012 {
+				t.Fatalf("kernel websocket closed with %v, want 1012", err)
+			}
+			break
+		}
+	}
+	var last string
+	for lines.Scan() {
+		if !strings.Contains(lines.Text(), "keepalive") {
+			last = lines.Text()
+		}
+	}
+	if !strings.Contains(last, `"name":"SandboxResumed"`) {
+		t.Fatalf("the execute response ended with %q", last)
+	}
+}

@@ -1,0 +1,256 @@
+package codeinterp_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rayito/rayito-agent/internal/codeinterp"
+	"github.com/rayito/rayito-agent/internal/stream"
+)
+
+func TestAuthHeaders(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t)
+	for _, tc := range []struct {
+		name   string
+		header []string
+		want   int
+	}{
+		{"access token", []string{"X-Access-Token", testToken}, 200},
+		{"traffic token", []string{"E2B-Traffic-Access-Token", testToken}, 200},
+		{"bearer", []string{"Authorization", "Bearer " + testToken}, 200},
+		{"wrong access token, right traffic token", []string{"X-Access-Token", "nope", "E2B-Traffic-Access-Token", testToken}, 200},
+		{"none", nil, 401},
+		{"wrong", []string{"X-Access-Token", "nope"}, 401},
+		{"token scheme is Jupyter's", []string{"Authorization", "token " + testToken}, 401},
+		{"query", nil, 401},
+	} {
+		path := "/contexts"
+		if tc.name == "query" {
+			path += "?access_token=" + testToken
+		}
+		res, body := a.doAuth(t, "GET", path, "", tc.header...)
+		if res.StatusCode != tc.want {
+			t.Errorf("%s: %d %s, want %d", tc.name, res.StatusCode, body, tc.want)
+		}
+	}
+}
+
+// TestRouteErrors checks every route's error paths; none of them starts a
+// kernel.
+func TestRouteErrors(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t)
+	for _, tc := range []struct {
+		method, path, body string
+		want               int
+		mention            string
+	}{
+		{"POST", "/execute", `{"code":`, 400, "invalid JSON"},
+		{"POST", "/execute", `{}`, 400, "code is required"},
+		{"POST", "/execute", `{"code":"1","context_id":"k1","language":"python"}`, 400, "Only one"},
+		{"POST", "/execute", `{"code":"1","context_id":"k9"}`, 404, "Context k9 not found"},
+		{"POST", "/execute", `{"code":"1","language":"cobol"}`, 400, "cobol"},
+		{"GET", "/execute", ``, 405, ""},
+		{"POST", "/contexts", `[`, 400, "invalid JSON"},
+		{"POST", "/contexts", `{"language":"cobol"}`, 400, "cobol"},
+		{"POST", "/contexts", `{"cwd":"/no/such/dir"}`, 400, "/no/such/dir"},
+		{"PUT", "/contexts", ``, 405, ""},
+		{"DELETE", "/contexts/k9", ``, 404, "Context k9 not found"},
+		{"POST", "/contexts/k9/restart", ``, 404, "Context k9 not found"},
+		{"GET", "/contexts/k9", ``, 405, ""},
+		{"GET", "/contexts/k9/restart", ``, 405, ""},
+		{"POST", "/contexts/k9/explode", ``, 404, ""},
+	} {
+		res, body := a.do(t, tc.method, tc.path, tc.body)
+		if res.StatusCode != tc.want || !strings.Contains(body, tc.mention) {
+			t.Errorf("%s %s %s: %d %q, want %d mentioning %q", tc.method, tc.path, tc.body, res.StatusCode, body, tc.want, tc.mention)
+		}
+	}
+	if ks := a.kernels.List(); len(ks) != 0 {
+		t.Fatalf("errors started kernels: %+v", ks)
+	}
+}
+
+func TestExecuteErrorsOnAKernel(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t)
+	for _, tc := range []struct {
+		body    string
+		want    int
+		mention string
+	}{
+		{`{"code":"  "}`, 400, "empty"},
+		{`{"code":"1","env_vars":{"A=B":"x"}}`, 400, "A=B"},
+	} {
+		res, body := a.do(t, "POST", "/execute", tc.body)
+		if res.StatusCode != tc.want || !strings.Contains(body, tc.mention) {
+			t.Errorf("%s: %d %q, want %d mentioning %q", tc.body, res.StatusCode, body, tc.want, tc.mention)
+		}
+	}
+}
+
+func TestExecuteLines(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t)
+	ls := a.run(t, `{"code":"from IPython.display import display\nprint('out')\ndisplay({'application/x-rayito': 'raw', 'text/plain': 'shown'}, raw=True)\n6 * 7"}`)
+	if got := types(ls); got != "stdout,result,result,number_of_executions,end_of_execution" {
+		t.Fatalf("lines %s: %+v", got, ls)
+	}
+	if ls[0].Text != "out\n" || *ls[1].IsMainResult || ls[1].Text != "shown" || !strings.Contains(string(ls[1].Extra), "application/x-rayito") ||
+		!*ls[2].IsMainResult || ls[2].Text != "42" || ls[3].ExecutionCount < 1 {
+		t.Fatalf("lines %+v", ls)
+	}
+
+	ls = a.run(t, `{"code":"raise ValueError('bad value')"}`)
+	if got := types(ls); got != "error,number_of_executions,end_of_execution" {
+		t.Fatalf("lines %s: %+v", got, ls)
+	}
+	if ls[0].Name != "ValueError" || ls[0].Value != "bad value" || ls[0].Traceback == nil || !strings.Contains(*ls[0].Traceback, "ValueError") {
+		t.Fatalf("error line %+v", ls[0])
+	}
+}
+
+// TestKeepalive is not parallel: it changes the package's interval.
+func TestKeepalive(t *testing.T) {
+	defer codeinterp.SetKeepalive(20 * time.Millisecond)()
+	a := newAgent(t)
+	ls := a.run(t, `{"code":"import time\ntime.sleep(0.5)"}`)
+	if got := types(ls); !strings.HasPrefix(got, "keepalive,") || !strings.HasSuffix(got, "number_of_executions,end_of_execution") {
+		t.Fatalf("lines %s", got)
+	}
+}
+
+func TestContextsAreKernels(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t)
+	dir := t.TempDir()
+	res, body := a.do(t, "POST", "/contexts", `{"cwd":"`+dir+`"}`)
+	var c struct{ ID, Language, Cwd string }
+	if err := json.Unmarshal([]byte(body), &c); err != nil || res.StatusCode != 200 || c.Language != "python" || c.Cwd != dir {
+		t.Fatalf("create: %d %s", res.StatusCode, body)
+	}
+	if _, err := a.kernels.Get(c.ID); err != nil {
+		t.Fatalf("context %s is not a kernel of the manager: %v", c.ID, err)
+	}
+	res, body = a.do(t, "GET", "/contexts", "")
+	if res.StatusCode != 200 || !strings.Contains(body, `"id":"`+c.ID+`"`) {
+		t.Fatalf("list: %d %s", res.StatusCode, body)
+	}
+	if res, body = a.do(t, "POST", "/contexts/"+c.ID+"/restart", ""); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("restart: %d %s", res.StatusCode, body)
+	}
+	if res, body = a.do(t, "DELETE", "/contexts/"+c.ID, ""); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", res.StatusCode, body)
+	}
+	if res, body = a.do(t, "GET", "/contexts", ""); body != "[]\n" {
+		t.Fatalf("list after delete: %s", body)
+	}
+}
+
+// TestResumeEndsExecution: a resume ends a running /execute with an error
+// line naming it; the cell goes on and its output stays readable as a
+// cell stream.
+func TestResumeEndsExecution(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t)
+	gate := filepath.Join(t.TempDir(), "gate")
+	code := "import os, time\nprint('before', flush=True)\nwhile not os.path.exists(" + pyString(gate) + "): time.sleep(0.02)\nprint('after')"
+	body, _ := json.Marshal(map[string]string{"code": code})
+	req, _ := http.NewRequest("POST", a.url+"/execute", strings.NewReader(string(body)))
+	req.Header.Set("X-Access-Token", testToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	next := func() line {
+		t.Helper()
+		for sc.Scan() {
+			var l line
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				t.Fatalf("line %q: %v", sc.Text(), err)
+			}
+			if l.Type != "keepalive" {
+				return l
+			}
+		}
+		return line{}
+	}
+	if l := next(); l.Type != "stdout" || l.Text != "before\n" {
+		t.Fatalf("first line %+v", l)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a.api.CutForResume(ctx, 7)
+	l := next()
+	if l.Type != "error" || l.Name != "SandboxResumed" || !strings.Contains(l.Value, "generation 7") {
+		t.Fatalf("after the resume: %+v", l)
+	}
+	if l := next(); l.Type != "" {
+		t.Fatalf("line after the resume's error: %+v", l)
+	}
+
+	// The cell still runs; its stream, named in the message, has it all.
+	cells := a.streams.List(stream.KindCell)
+	if len(cells) != 1 {
+		t.Fatalf("cell streams %d", len(cells))
+	}
+	st := cells[0]
+	if !strings.Contains(l.Value, "cell stream "+strconv.FormatUint(st.ID, 10)) {
+		t.Fatalf("the error does not name the cell stream %d: %s", st.ID, l.Value)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	att, err := st.Attach(nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer att.Close()
+	var out string
+	for {
+		it, err := att.Next(ctx, nil, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if it.Kind == stream.ItemEnd {
+			if it.End.Status != "ok" {
+				t.Fatalf("cell ended %+v", it.End)
+			}
+			break
+		}
+		var ev struct{ Type, Text string }
+		json.Unmarshal(it.Data, &ev)
+		out += ev.Text
+	}
+	if out != "before\nafter\n" {
+		t.Fatalf("the cell's stream has %q", out)
+	}
+	// And the API works after the resume.
+	if ls := a.run(t, `{"code":"'still here'"}`); ls[0].Text != "still here" {
+		t.Fatalf("after the resume: %+v", ls)
+	}
+}
+
+func TestTrafficCounted(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t)
+	before := a.traffic.Snapshot()
+	a.run(t, `{"code":"print('counted')"}`)
+	after := a.traffic.Snapshot()
+	if after.BytesIn <= before.BytesIn || after.BytesOut <= before.BytesOut {
+		t.Fatalf("traffic %+v then %+v", before, after)
+	}
+}
+
+func pyString(s string) string { b, _ := json.Marshal(s); return string(b) }

@@ -1,0 +1,170 @@
+package codeinterp_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rayito/rayito-agent/internal/codeinterp"
+	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/jupyter"
+	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/traffic"
+)
+
+const (
+	testToken = "codeinterp-test-token"
+	// waitFor bounds anything a kernel does in a test.
+	waitFor = 60 * time.Second
+)
+
+var reaper *proc.Reaper
+
+func TestMain(m *testing.M) { os.Exit(runTests(m)) }
+
+func runTests(m *testing.M) int {
+	r, err := proc.NewReaper()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "reaper:", err)
+		return 1
+	}
+	defer r.Close()
+	reaper = r
+	base := runtime.NumGoroutine()
+	code := m.Run()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > base && code == 0 {
+		buf := make([]byte, 1<<20)
+		fmt.Fprintf(os.Stderr, "leaked goroutines: %d now, %d before the tests\n%s\n", n, base, buf[:runtime.Stack(buf, true)])
+		return 1
+	}
+	return code
+}
+
+// agent is the agent's HTTP server with real managers and the API
+// mounted, as the agent runs it, on 127.0.0.1:0.
+type agent struct {
+	url     string // http://127.0.0.1:port, no trailing slash
+	kernels *jupyter.Manager
+	streams *stream.Registry
+	api     *codeinterp.Server
+	traffic *traffic.Counter
+}
+
+func newAgent(t testing.TB) *agent {
+	t.Helper()
+	streams := stream.NewRegistry(0)
+	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: reaper})
+	counter := traffic.NewCounter()
+	auth := endpoint.NewAuth(testToken)
+	api := codeinterp.New(codeinterp.Options{Kernels: kernels, Auth: auth, Traffic: counter})
+	srv := endpoint.New(endpoint.Config{Auth: auth, Streams: streams, Traffic: counter, Kernels: kernels})
+	for _, p := range api.Patterns() {
+		srv.Mount(p, api)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		hs.Close()
+		kernels.Close()
+		streams.Close()
+	})
+	return &agent{url: hs.URL, kernels: kernels, streams: streams, api: api, traffic: counter}
+}
+
+// do sends a request with the access token and returns the response and
+// its body.
+func (a *agent) do(t testing.TB, method, path, body string) (*http.Response, string) {
+	t.Helper()
+	return a.doAuth(t, method, path, body, "X-Access-Token", testToken)
+}
+
+func (a *agent) doAuth(t testing.TB, method, path, body string, header ...string) (*http.Response, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, a.url+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, string(b)
+}
+
+// line is any /execute output line.
+type line struct {
+	Type           string          `json:"type"`
+	Text           string          `json:"text"`
+	IsMainResult   *bool           `json:"is_main_result"`
+	Name           string          `json:"name"`
+	Value          string          `json:"value"`
+	Traceback      *string         `json:"traceback"`
+	ExecutionCount int             `json:"execution_count"`
+	Extra          json.RawMessage `json:"extra"`
+}
+
+// lines splits an NDJSON body, failing on anything that is not one JSON
+// object per line.
+func lines(t testing.TB, body string) []line {
+	t.Helper()
+	var out []line
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		var l line
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil || l.Type == "" {
+			t.Fatalf("line %q of %q: %v", sc.Text(), body, err)
+		}
+		out = append(out, l)
+	}
+	if !strings.HasSuffix(body, "\n") {
+		t.Fatalf("body does not end with a newline: %q", body)
+	}
+	return out
+}
+
+// run posts to /execute and returns its lines.
+func (a *agent) run(t testing.TB, body string) []line {
+	t.Helper()
+	res, out := a.do(t, "POST", "/execute", body)
+	if res.StatusCode != 200 {
+		t.Fatalf("execute %s: %d %s", body, res.StatusCode, out)
+	}
+	return lines(t, out)
+}
+
+func types(ls []line) string {
+	var ts []string
+	for _, l := range ls {
+		ts = append(ts, l.Type)
+	}
+	return strings.Join(ts, ",")
+}

@@ -1,0 +1,317 @@
+package endpoint
+
+import (
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/rayito/rayito-agent/internal/files"
+	"github.com/rayito/rayito-agent/internal/traffic"
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// maxUploadParts bounds the files of one multipart upload: each is open
+// (a temporary file) until the request ends.
+const maxUploadParts = 1000
+
+// countHTTP counts a route's bodies as traffic: a transfer keeps the
+// sandbox awake like websocket traffic does.
+func (s *Server) countHTTP(h http.HandlerFunc) http.HandlerFunc {
+	return traffic.CountHTTP(s.cfg.Traffic, h).ServeHTTP
+}
+
+// fileQuery reads a files route's query, refusing parameters the route
+// does not take (as ops refuse unknown fields).
+func fileQuery(r *http.Request, allowed ...string) (map[string]string, *wire.Error) {
+	q := map[string]string{}
+	for k, vs := range r.URL.Query() {
+		if k == "access_token" {
+			continue
+		}
+		known := false
+		for _, a := range allowed {
+			known = known || a == k
+		}
+		if !known {
+			return nil, wire.Errorf(wire.CodeBadRequest, "unknown query parameter %q (takes %s)", k, strings.Join(allowed, ", "))
+		}
+		if len(vs) != 1 {
+			return nil, wire.Errorf(wire.CodeBadRequest, "query parameter %q given %d times", k, len(vs))
+		}
+		q[k] = vs[0]
+	}
+	return q, nil
+}
+
+// httpStatus is the HTTP status of a protocol error code.
+func httpStatus(code wire.Code) int {
+	switch code {
+	case wire.CodeBadRequest:
+		return http.StatusBadRequest
+	case wire.CodeNotFound:
+		return http.StatusNotFound
+	case wire.CodePermissionDenied:
+		return http.StatusForbidden
+	case wire.CodeConflict:
+		return http.StatusConflict
+	case wire.CodeLimit:
+		return http.StatusInsufficientStorage
+	case wire.CodeUnsupported:
+		return http.StatusNotImplemented
+	case wire.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func writeFileError(w http.ResponseWriter, err error) {
+	e := protocolError(err)
+	writeError(w, httpStatus(e.Code), e)
+}
+
+func (s *Server) filesReady(w http.ResponseWriter) bool {
+	if s.cfg.Files == nil {
+		writeError(w, http.StatusNotImplemented, wire.Errorf(wire.CodeUnsupported, "files are not available in this agent"))
+		return false
+	}
+	return true
+}
+
+// handleFileGet downloads a file (Range and HEAD as net/http serves
+// them), or a directory as a tar archive with format=tar.
+func (s *Server) handleFileGet(w http.ResponseWriter, r *http.Request) {
+	if !s.filesReady(w) {
+		return
+	}
+	q, qerr := fileQuery(r, "path", "user", "format")
+	if qerr != nil {
+		writeError(w, httpStatus(qerr.Code), qerr)
+		return
+	}
+	if q["path"] == "" {
+		writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "missing path"))
+		return
+	}
+	switch q["format"] {
+	case "":
+	case "tar":
+		s.serveTar(w, r, q)
+		return
+	default:
+		writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "format must be \"tar\" (for a directory), got %q", q["format"]))
+		return
+	}
+	f, err := s.cfg.Files.Open(q["user"], q["path"])
+	if errors.Is(err, files.ErrIsDir) {
+		writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "%v: add format=tar to download it as a tar archive", err))
+		return
+	}
+	if err != nil {
+		writeFileError(w, err)
+		return
+	}
+	defer f.Close()
+	f.Serve(w, r)
+}
+
+func (s *Server) serveTar(w http.ResponseWriter, r *http.Request, q map[string]string) {
+	info, err := s.cfg.Files.Stat(q["user"], q["path"])
+	if err != nil {
+		writeFileError(w, err)
+		return
+	}
+	if info.Type != files.TypeDir {
+		// A symlink to a directory is archived as the directory.
+		if info.Type != files.TypeSymlink {
+			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "%s is not a directory: format=tar is for directories", info.Path))
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(info.Path) + ".tar"}))
+	if r.Method == http.MethodHead {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if err := s.cfg.Files.WriteTar(q["user"], info.Path, w); err != nil {
+		s.log.Debug("tar download failed", zap.Error(err))
+		// The status is sent: abort the response so the client sees a
+		// failed transfer, not an archive with files missing.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// uploadOptions reads the write options of PUT and POST.
+func uploadOptions(q map[string]string) (files.WriteOptions, *wire.Error) {
+	o := files.WriteOptions{Parents: true}
+	for _, b := range []struct {
+		name string
+		to   *bool
+	}{{"parents", &o.Parents}, {"append", &o.Append}, {"exclusive", &o.Exclusive}} {
+		if v, ok := q[b.name]; ok {
+			parsed, err := strconv.ParseBool(v)
+			if err != nil {
+				return o, wire.Errorf(wire.CodeBadRequest, "%s must be true or false, got %q", b.name, v)
+			}
+			*b.to = parsed
+		}
+	}
+	if v, ok := q["mode"]; ok {
+		m, err := parseMode(v)
+		if err != nil || m > 0o7777 {
+			return o, wire.Errorf(wire.CodeBadRequest, "mode must be octal, such as 644, got %q", v)
+		}
+		o.Mode = m
+	}
+	return o, nil
+}
+
+// fileWritten is what an upload answers for each file.
+type fileWritten struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// handleFilePut writes the request body to the file at path, atomically.
+func (s *Server) handleFilePut(w http.ResponseWriter, r *http.Request) {
+	if !s.filesReady(w) {
+		return
+	}
+	q, qerr := fileQuery(r, "path", "user", "mode", "parents", "append", "exclusive")
+	if qerr == nil && q["path"] == "" {
+		qerr = wire.Errorf(wire.CodeBadRequest, "missing path")
+	}
+	o, oerr := uploadOptions(q)
+	if qerr == nil {
+		qerr = oerr
+	}
+	if qerr != nil {
+		writeError(w, httpStatus(qerr.Code), qerr)
+		return
+	}
+	fw, err := s.cfg.Files.Create(q["user"], q["path"], o)
+	if err != nil {
+		writeFileError(w, err)
+		return
+	}
+	if err := receiveBody(fw, r.Body); err != nil {
+		fw.Abort()
+		writeFileError(w, err)
+		return
+	}
+	c, err := fw.Commit()
+	if err != nil {
+		writeFileError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if c.Created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, fileWritten{Path: c.Path, Size: c.Size, SHA256: c.SHA256})
+}
+
+// receiveBody copies a body into a writer; a body that fails to arrive is
+// the client's problem (bad_request), a write that fails is the file's.
+func receiveBody(fw *files.Writer, body io.Reader) error {
+	_, err := io.Copy(fw, body)
+	var fe *files.Error
+	if err != nil && !errors.As(err, &fe) {
+		return wire.Errorf(wire.CodeBadRequest, "reading the request body: %v", err)
+	}
+	return err
+}
+
+// handleFilePost writes each file part of a multipart body to the path its
+// filename names (relative to ?path= when given). Every file is staged
+// first; they are committed once the whole body arrived, so a failure
+// changes none of them.
+func (s *Server) handleFilePost(w http.ResponseWriter, r *http.Request) {
+	if !s.filesReady(w) {
+		return
+	}
+	q, qerr := fileQuery(r, "path", "user", "mode", "parents", "append", "exclusive")
+	o, oerr := uploadOptions(q)
+	if qerr == nil {
+		qerr = oerr
+	}
+	if qerr != nil {
+		writeError(w, httpStatus(qerr.Code), qerr)
+		return
+	}
+	mr, err := r.MultipartReader()
+	if err != nil {
+		writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "POST /v1/files takes multipart/form-data: %v", err))
+		return
+	}
+	var staged []*files.Writer
+	defer func() {
+		for _, fw := range staged {
+			fw.Abort() // does nothing to a committed file
+		}
+	}()
+	for n := 1; ; n++ {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "reading part %d: %v", n, err))
+			return
+		}
+		if n > maxUploadParts {
+			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeLimit, "more than %d files in one upload", maxUploadParts))
+			return
+		}
+		name := partFilename(part.Header.Get("Content-Disposition"))
+		if name == "" {
+			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "part %d (%q) has no filename: each part's filename is its target path", n, part.FormName()))
+			return
+		}
+		target := name
+		if base := q["path"]; base != "" {
+			target = path.Join(base, name)
+		}
+		fw, err := s.cfg.Files.Create(q["user"], target, o)
+		if err != nil {
+			writeFileError(w, err)
+			return
+		}
+		staged = append(staged, fw)
+		if err := receiveBody(fw, part); err != nil {
+			writeFileError(w, err)
+			return
+		}
+	}
+	out := make([]fileWritten, 0, len(staged))
+	status := http.StatusOK
+	for _, fw := range staged {
+		c, err := fw.Commit()
+		if err != nil {
+			writeFileError(w, err)
+			return
+		}
+		if c.Created {
+			status = http.StatusCreated
+		}
+		out = append(out, fileWritten{Path: c.Path, Size: c.Size, SHA256: c.SHA256})
+	}
+	writeJSON(w, status, map[string]any{"files": out})
+}
+
+// partFilename is a part's filename as sent: multipart.Part.FileName keeps
+// only its last element, and here it is a path.
+func partFilename(disposition string) string {
+	_, params, err := mime.ParseMediaType(disposition)
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
+}

@@ -1,0 +1,275 @@
+package envdapi_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/envdapi"
+	"github.com/rayito/rayito-agent/internal/envdapi/gen/filesystem/filesystemconnect"
+	"github.com/rayito/rayito-agent/internal/envdapi/gen/process"
+	"github.com/rayito/rayito-agent/internal/envdapi/gen/process/processconnect"
+	"github.com/rayito/rayito-agent/internal/files"
+	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/ptymux"
+	"github.com/rayito/rayito-agent/internal/resume"
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/traffic"
+	"github.com/rayito/rayito-agent/internal/watch"
+)
+
+// waitLong bounds every wait for something that should happen soon; the
+// machine may be busy, so it is generous.
+const waitLong = 30 * time.Second
+
+// nativeToken is the agent's token in every test agent.
+const nativeToken = "envd-test-token"
+
+var (
+	reaperOnce sync.Once
+	reaper     *proc.Reaper
+	reaperErr  error
+)
+
+// testReaper is the package's one reaper: only one may run per process.
+func testReaper(t testing.TB) *proc.Reaper {
+	reaperOnce.Do(func() { reaper, reaperErr = proc.NewReaper() })
+	if reaperErr != nil {
+		t.Fatal(reaperErr)
+	}
+	return reaper
+}
+
+// agent is a real agent served in-process on 127.0.0.1:0: the native
+// endpoint with the envd API mounted on it, over real managers.
+type agent struct {
+	url     string
+	srv     *endpoint.Server
+	streams *stream.Registry
+	procs   *proc.Manager
+	resume  *resume.Manager
+	envd    *envdapi.Server
+	counter *traffic.Counter
+	files   *files.Manager
+	pc      processconnect.ProcessClient
+	fs      filesystemconnect.FilesystemClient
+}
+
+type agentOptions struct {
+	open    bool // the unsafe open mode
+	noToken bool // no token configured at all
+	// smallBuffers shrinks the socket buffers of the server's connections
+	// and of the clients, so that what a client has not read stays in the
+	// agent's stream logs instead of in the kernel.
+	smallBuffers bool
+	// user is who processes run as when a request names nobody.
+	user string
+}
+
+// smallBuffer is the socket buffer size of smallBuffers.
+const smallBuffer = 128 << 10
+
+func newAgent(t testing.TB, o agentOptions) *agent {
+	streams := stream.NewRegistry(0)
+	defaults := &proc.Defaults{}
+	defaults.Set(o.user, "", nil)
+	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
+	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
+	watches, err := watch.NewManager(streams, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fileMgr, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := traffic.NewCounter()
+	token := nativeToken
+	if o.noToken {
+		token = ""
+	}
+	auth := endpoint.NewAuth(token)
+	var cuts surfaces
+	resumer, err := resume.New(resume.Options{Sessions: &cuts, SetClock: func(time.Time) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := endpoint.New(endpoint.Config{Version: "test", Auth: auth, Streams: streams, Traffic: counter,
+		Procs: procs, PTYs: ptys, Watches: watches, Files: fileMgr, Resume: resumer, Defaults: defaults,
+		SetClock: func(time.Time) error { return nil }})
+	envd := envdapi.New(envdapi.Config{Auth: auth, Streams: streams, Procs: procs, PTYs: ptys, Watches: watches,
+		Users: defaults, Files: fileMgr, Traffic: counter, Generation: resumer.Generation, Open: o.open})
+	envd.Mount(srv)
+	cuts = surfaces{srv, envd}
+	hs := httptest.NewUnstartedServer(srv.Handler())
+	httpClient := http.DefaultClient
+	if o.smallBuffers {
+		hs.Listener = smallListener{hs.Listener}
+		httpClient = &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+				if err == nil {
+					c.(*net.TCPConn).SetReadBuffer(smallBuffer)
+				}
+				return c, err
+			},
+		}}
+	}
+	hs.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		hs.Close()
+		fileMgr.Close()
+		ptys.Close()
+		watches.Close()
+		procs.Close()
+		streams.Close()
+	})
+	return &agent{
+		url: hs.URL, srv: srv, streams: streams, procs: procs, resume: resumer, envd: envd, counter: counter, files: fileMgr,
+		pc: processconnect.NewProcessClient(httpClient, hs.URL, sdkLike...),
+		fs: filesystemconnect.NewFilesystemClient(httpClient, hs.URL, sdkLike...),
+	}
+}
+
+// smallListener gives accepted connections small send buffers.
+type smallListener struct{ net.Listener }
+
+func (l smallListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		c.(*net.TCPConn).SetWriteBuffer(smallBuffer)
+	}
+	return c, err
+}
+
+// sdkLike makes Go clients speak as the e2b SDK does: JSON, and no
+// compressed responses asked for.
+var sdkLike = []connect.ClientOption{connect.WithProtoJSON(), connect.WithAcceptCompression("gzip", nil, nil)}
+
+// surfaces is what a resume cuts: the native endpoint and the envd API,
+// as the agent's main wires them.
+type surfaces []resume.Sessions
+
+func (ss *surfaces) CutForResume(ctx context.Context, gen uint64) {
+	for _, s := range *ss {
+		s.CutForResume(ctx, gen)
+	}
+}
+
+func ctxLong(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// authed sets the token as the SDK sends it.
+func authed[T any](req *connect.Request[T]) *connect.Request[T] {
+	req.Header().Set("X-Access-Token", nativeToken)
+	return req
+}
+
+// wantCode fails unless err is a Connect error with code whose message
+// contains msg.
+func wantCode(t testing.TB, err error, code connect.Code, msg string) {
+	t.Helper()
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("error %v (%T), want Connect %v", err, err, code)
+	}
+	if ce.Code() != code || !strings.Contains(ce.Message(), msg) {
+		t.Fatalf("error %v %q, want %v containing %q", ce.Code(), ce.Message(), code, msg)
+	}
+}
+
+// run is what a process stream delivered.
+type run struct {
+	pid            uint32
+	stdout, stderr []byte
+	pty            []byte
+	keepalives     int
+	end            *process.ProcessEvent_EndEvent
+	err            error
+}
+
+// collect reads a process stream to its end; each event goes to onEvent
+// first, when given.
+func collect[T interface{ GetEvent() *process.ProcessEvent }](s interface {
+	Receive() bool
+	Msg() T
+	Err() error
+}, onEvent func(*run, *process.ProcessEvent)) run {
+	return collectFrom(s, run{}, true, onEvent)
+}
+
+// collectFrom is collect for a stream of which r has been read already;
+// checkStart says the next event must be start.
+func collectFrom[T interface{ GetEvent() *process.ProcessEvent }](s interface {
+	Receive() bool
+	Msg() T
+	Err() error
+}, r run, checkStart bool, onEvent func(*run, *process.ProcessEvent)) run {
+	first := checkStart
+	for s.Receive() {
+		ev := s.Msg().GetEvent()
+		if first {
+			first = false
+			if ev.GetStart() == nil {
+				r.err = errors.New("the first event is not start")
+				return r
+			}
+		}
+		switch e := ev.GetEvent().(type) {
+		case *process.ProcessEvent_Start:
+			r.pid = e.Start.GetPid()
+		case *process.ProcessEvent_Data:
+			r.stdout = append(r.stdout, e.Data.GetStdout()...)
+			r.stderr = append(r.stderr, e.Data.GetStderr()...)
+			r.pty = append(r.pty, e.Data.GetPty()...)
+		case *process.ProcessEvent_Keepalive:
+			r.keepalives++
+		case *process.ProcessEvent_End:
+			r.end = e.End
+		}
+		if onEvent != nil {
+			onEvent(&r, ev)
+		}
+	}
+	r.err = s.Err()
+	return r
+}
+
+// startReq is a Start request for a shell command, as commands.run sends.
+func startReq(cmd string) *connect.Request[process.StartRequest] {
+	no := false
+	return authed(connect.NewRequest(&process.StartRequest{
+		Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", cmd}},
+		Stdin:   &no,
+	}))
+}
+
+// withStdin is startReq with an open stdin.
+func withStdin(req *connect.Request[process.StartRequest]) *connect.Request[process.StartRequest] {
+	yes := true
+	req.Msg.Stdin = &yes
+	return req
+}
+
+func byPid(pid uint32) *process.ProcessSelector {
+	return &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}
+}
+
+func byTag(tag string) *process.ProcessSelector {
+	return &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: tag}}
+}

@@ -1,0 +1,89 @@
+package envdapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// nodeDir holds the Node test and its pinned packages (make node-deps).
+const nodeDir = "nodetest"
+
+// needNode skips without node or the pinned packages, unless the run must
+// include Node tests (RAYITO_NODE_TESTS=1, as make sets it): then it fails.
+func needNode(t testing.TB) {
+	t.Helper()
+	_, errNode := exec.LookPath("node")
+	_, errMods := os.Stat(filepath.Join(nodeDir, "node_modules", "e2b", "package.json"))
+	if errNode == nil && errMods == nil {
+		return
+	}
+	if os.Getenv("RAYITO_NODE_TESTS") == "1" {
+		t.Fatalf("node or the e2b package is missing (run make node-deps): %v %v", errNode, errMods)
+	}
+	t.Skip("node or the e2b package is missing; make node-deps installs them")
+}
+
+// fakeAPI answers what the e2b SDK asks of E2B's API to create a sandbox,
+// handing out the agent's token, so the SDK sends it; /test/stdout lets
+// the Node test read a command's stdout cursor in the open agent.
+func fakeAPI(t *testing.T, open *agent) *httptest.Server {
+	sandbox := map[string]any{
+		"sandboxID": "rayito-test", "templateID": "base", "clientID": "test", "envdVersion": "0.6.13",
+		"envdAccessToken": nativeToken, "trafficAccessToken": nil, "domain": nil,
+	}
+	mux := http.NewServeMux()
+	reply := func(status int, v any) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			if v != nil {
+				json.NewEncoder(w).Encode(v)
+			}
+		}
+	}
+	mux.HandleFunc("POST /v2/sandboxes", reply(http.StatusCreated, sandbox))
+	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", reply(http.StatusOK, sandbox))
+	mux.HandleFunc("POST /sandboxes/{id}/timeout", reply(http.StatusNoContent, nil))
+	mux.HandleFunc("DELETE /sandboxes/{id}", reply(http.StatusNoContent, nil))
+	mux.HandleFunc("GET /test/stdout", func(w http.ResponseWriter, r *http.Request) {
+		pid, _ := strconv.Atoi(r.URL.Query().Get("pid"))
+		var cursor uint64
+		if st := open.streams.Find(pid, ""); st != nil {
+			cursor = st.Cursors()["stdout"]
+		}
+		reply(http.StatusOK, map[string]uint64{"cursor": cursor})(w, r)
+	})
+	s := httptest.NewServer(mux)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TestSDK drives the agent with the real e2b SDK (2.51.0): every case is
+// in nodetest/envd.test.mjs.
+func TestSDK(t *testing.T) {
+	needNode(t)
+	open := newAgent(t, agentOptions{open: true})
+	secured := newAgent(t, agentOptions{})
+	api := fakeAPI(t, open)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "--test", "--test-reporter=spec", "envd.test.mjs")
+	cmd.Dir = nodeDir
+	cmd.Env = append(os.Environ(),
+		"RAYITO_OPEN_URL="+open.url, "RAYITO_SECURED_URL="+secured.url, "RAYITO_API_URL="+api.URL,
+		"RAYITO_TOKEN="+nativeToken, "RAYITO_TMP="+t.TempDir(),
+		"E2B_DEBUG=", "E2B_API_KEY=", "E2B_ACCESS_TOKEN=", "E2B_SANDBOX_URL=", "E2B_DOMAIN=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}

@@ -1,0 +1,123 @@
+package envdapi_test
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/rayito/rayito-agent/internal/envdapi/gen/filesystem"
+	"github.com/rayito/rayito-agent/internal/envdapi/gen/process"
+	"github.com/rayito/rayito-agent/internal/resume"
+	"github.com/rayito/rayito-agent/internal/stream"
+)
+
+// A cut ends a process stream with unavailable only after all the output
+// the stream held at the cut, even what the client had not read yet.
+// The cut's bound is generous here: the race detector makes reading
+// megabytes of JSON slow, and the bound is not what this test is about.
+func TestResumeCutDeliversWhatWasWritten(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, agentOptions{smallBuffers: true})
+	s, pid := started(t, a, withStdin(startReq("head -c 6000000 /dev/zero; read x; echo after $x")))
+
+	// The client reads nothing, so the command fills its log and blocks.
+	out := a.streams.Find(int(pid), "").Log("stdout")
+	deadline := time.Now().Add(waitLong)
+	for st := out.Stats(); st.End-st.Start < stream.DefaultByteCapacity; st = out.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log never filled: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	written := out.Stats().End
+
+	cut := make(chan struct{})
+	go func() {
+		defer close(cut)
+		a.envd.CutForResume(ctxLong(t), 1)
+	}()
+	r := finish(s, pid)
+	wantCode(t, r.err, connect.CodeUnavailable, "resume generation 1")
+	if uint64(len(r.stdout)) < written || bytes.IndexFunc(r.stdout, func(c rune) bool { return c != 0 }) >= 0 {
+		t.Fatalf("got %d bytes of output, the log held %d at the cut", len(r.stdout), written)
+	}
+	<-cut
+
+	// Connecting again streams from now on, to the end.
+	c, err := a.pc.Connect(ctxLong(t), authed(connect.NewRequest(&process.ConnectRequest{Process: byPid(pid)})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := collect(c, func(r *run, ev *process.ProcessEvent) {
+		if ev.GetStart() != nil {
+			if err := sendStdin(t, a, byPid(pid), "x\n"); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if !bytes.HasSuffix(again.stdout, []byte("after x\n")) || again.end.GetExitCode() != 0 || again.err != nil {
+		t.Fatalf("after the cut: %d bytes ending %q, end %v, err %v", len(again.stdout), again.stdout[max(0, len(again.stdout)-20):], again.end, again.err)
+	}
+	if total := len(r.stdout) + len(again.stdout) - len("after x\n"); total > 6000000 {
+		t.Fatalf("%d bytes of output in all, more than the command wrote", total)
+	}
+}
+
+// A resume ends every kind of stream of the API with unavailable naming
+// the resume; afterwards the same client connects again by pid (on a
+// connection the cut may have left with deadlines) and works.
+func TestResumeEndsEveryStream(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, agentOptions{})
+	s, pid := started(t, a, withStdin(startReq("echo hello; cat")))
+	w := watchDir(t, ctxLong(t), a, &filesystem.WatchDirRequest{Path: t.TempDir()})
+	in := a.pc.StreamInput(ctxLong(t))
+	in.RequestHeader().Set("X-Access-Token", nativeToken)
+	for _, m := range []*process.StreamInputRequest{
+		{Event: &process.StreamInputRequest_Start{Start: &process.StreamInputRequest_StartEvent{Process: byPid(pid)}}},
+		{Event: &process.StreamInputRequest_Data{Data: &process.StreamInputRequest_DataEvent{
+			Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("typed\n")}}}}},
+	} {
+		if err := in.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every call is in flight once the command has echoed the input.
+	var r run
+	for !bytes.Equal(r.stdout, []byte("hello\ntyped\n")) {
+		if !s.Receive() {
+			t.Fatalf("stream ended early: %v (%q)", s.Err(), r.stdout)
+		}
+		r.stdout = append(r.stdout, s.Msg().GetEvent().GetData().GetStdout()...)
+	}
+
+	a.resume.Resume(ctxLong(t), resume.Report{Source: resume.SourceHost})
+	r = finish(s, pid)
+	wantCode(t, r.err, connect.CodeUnavailable, "resume generation 1")
+	for w.Receive() {
+	}
+	wantCode(t, w.Err(), connect.CodeUnavailable, "resume generation 1")
+	_, err := in.CloseAndReceive()
+	wantCode(t, err, connect.CodeUnavailable, "resume generation 1")
+
+	c, err := a.pc.Connect(ctxLong(t), authed(connect.NewRequest(&process.ConnectRequest{Process: byPid(pid)})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := collect(c, func(r *run, ev *process.ProcessEvent) {
+		if ev.GetStart() == nil {
+			return
+		}
+		if err := sendStdin(t, a, byPid(pid), "more\n"); err != nil {
+			t.Error(err)
+		}
+		if _, err := a.pc.CloseStdin(ctxLong(t), authed(connect.NewRequest(&process.CloseStdinRequest{Process: byPid(pid)}))); err != nil {
+			t.Error(err)
+		}
+	})
+	if string(again.stdout) != "more\n" || again.end.GetExitCode() != 0 || again.err != nil {
+		t.Fatalf("after the resume: %q %v %v", again.stdout, again.end, again.err)
+	}
+}

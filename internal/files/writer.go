@@ -1,0 +1,354 @@
+package files
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// WriteOptions say how Create writes a file.
+type WriteOptions struct {
+	// Mode is the file's permission bits (with setuid, setgid, sticky;
+	// at most 0o7777), applied exactly. 0 keeps those of the file being
+	// replaced, and gives a new file 0o666 less the umask.
+	Mode uint32
+	// Parents creates missing parent directories (0o777 less the umask).
+	Parents bool
+	// Append starts from the file's current content. The content is
+	// copied, so the file is still replaced atomically.
+	Append bool
+	// Exclusive fails with ErrExists when the path exists, at Create or,
+	// if it appeared meanwhile, at Commit.
+	Exclusive bool
+	// Metadata is stored with the new content (see Info.Metadata); the
+	// replaced file's goes with it. Keys are at most 246 bytes, values
+	// 64 KiB. A filesystem without user extended attributes refuses it
+	// with ErrUnsupported.
+	Metadata map[string]string
+}
+
+// Committed is a file a Writer put in place.
+type Committed struct {
+	Path    string // the file written (a symlink's target when path was one)
+	Size    int64
+	SHA256  string // hex, of the whole content
+	Created bool   // there was no file before
+}
+
+// Writer writes a file atomically: into a temporary file in the same
+// directory, renamed over the target by Commit. A reader of the path sees
+// the old content or the new, never a part. Abort, or any failure,
+// removes the temporary file. A Writer is used by one goroutine.
+type Writer struct {
+	m       *Manager
+	u       User
+	path    string
+	tmp     string
+	f       *os.File
+	hash    hash.Hash
+	size    int64
+	opts    WriteOptions
+	mode    uint32
+	owner   *[2]int // uid and gid kept when root replaces another's file
+	existed bool
+	entry   string // journal entry of tmp
+	err     error  // the failure that ended the writer
+	closed  bool
+}
+
+// Create starts writing the file at path as the user. See WriteOptions.
+// Errors: ErrIsDir or ErrNotRegular (something else is at path),
+// ErrExists (Exclusive), ErrNotFound (no parent directory without
+// Parents), ErrNotDir (a file is in the way of a parent), ErrPermission,
+// ErrUnsupported (a virtual filesystem such as /proc or /sys, whose files
+// cannot be replaced; Metadata where extended attributes are not kept),
+// ErrInvalid (a mode or metadata out of bounds), ErrNoSpace.
+func (m *Manager) Create(userName, path string, o WriteOptions) (*Writer, error) {
+	u, p, err := m.resolve("write", userName, path)
+	if err != nil {
+		return nil, err
+	}
+	if o.Mode > 0o7777 {
+		return nil, newErr("write", p, ErrInvalid, errMode)
+	}
+	if err := checkMetadata(p, o.Metadata); err != nil {
+		return nil, err
+	}
+	w := &Writer{m: m, u: u, path: p, opts: o, hash: sha256.New()}
+	if err := m.as(u, w.prepare); err != nil {
+		return nil, err
+	}
+	w.tmp = tempName(w.path)
+	w.entry = m.journal.add(w.tmp, u)
+	if err := m.as(u, w.createTemp); err != nil {
+		m.journal.done(w.entry)
+		return nil, err
+	}
+	return w, nil
+}
+
+// prepare checks the target and its directory; it runs as the user.
+func (w *Writer) prepare() error {
+	st, err := os.Lstat(w.path)
+	if err == nil && st.Mode()&fs.ModeSymlink != 0 {
+		// Write through the link like a shell's > does; a dangling link
+		// is replaced.
+		if real, rerr := filepath.EvalSymlinks(w.path); rerr == nil {
+			w.path = real
+			st, err = os.Lstat(real)
+		} else {
+			st, err = nil, fs.ErrNotExist
+		}
+	}
+	switch {
+	case err == nil && st.IsDir():
+		return newErr("write", w.path, ErrIsDir, nil)
+	case err == nil && !st.Mode().IsRegular():
+		return newErr("write", w.path, ErrNotRegular, nil)
+	case err == nil && w.opts.Exclusive:
+		return newErr("write", w.path, ErrExists, nil)
+	case err == nil:
+		w.existed = true
+		w.mode = modeBits(st.Mode())
+		if sys := statT(st); w.u.UID == 0 && sys != nil && (sys.Uid != 0 || sys.Gid != 0) {
+			w.owner = &[2]int{int(sys.Uid), int(sys.Gid)}
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return newErr("write", w.path, nil, err)
+	}
+	if w.opts.Mode != 0 {
+		w.mode = w.opts.Mode
+	} else if !w.existed {
+		w.mode = uint32(0o666 &^ w.m.umask)
+	}
+	dir := filepath.Dir(w.path)
+	if w.opts.Parents {
+		if err := os.MkdirAll(dir, 0o777); err != nil {
+			return newErr("write", w.path, nil, err)
+		}
+	} else if st, err := os.Stat(dir); err != nil {
+		return newErr("write", w.path, nil, err)
+	} else if !st.IsDir() {
+		return newErr("write", w.path, ErrNotDir, nil)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(dir, &sfs); err == nil && virtualFS(sfs.Type) {
+		return newErr("write", w.path, ErrUnsupported, errVirtual)
+	}
+	return nil
+}
+
+// createTemp creates the temporary file, with the current content when
+// appending; it runs as the user.
+func (w *Writer) createTemp() error {
+	f, err := os.OpenFile(w.tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return newErr("write", w.path, nil, err)
+	}
+	w.f = f
+	if err := setMetadata(int(f.Fd()), w.path, w.opts.Metadata); err != nil {
+		f.Close()
+		os.Remove(w.tmp)
+		return err
+	}
+	if w.opts.Append && w.existed {
+		old, err := os.Open(w.path)
+		if err == nil {
+			w.size, err = io.Copy(io.MultiWriter(f, w.hash), old)
+			old.Close()
+		}
+		if err != nil {
+			f.Close()
+			os.Remove(w.tmp)
+			return newErr("write", w.path, nil, err)
+		}
+	}
+	return nil
+}
+
+// Path is the file being written.
+func (w *Writer) Path() string { return w.path }
+
+// Size is how many bytes the file has so far.
+func (w *Writer) Size() int64 { return w.size }
+
+// Write appends p to the new content. After a failure (the disk is full)
+// the writer is aborted and every call returns that failure.
+func (w *Writer) Write(p []byte) (int, error) {
+	if err := w.usable(); err != nil {
+		return 0, err
+	}
+	n, err := writeHashing(w.f, w.hash, p)
+	w.size += int64(n)
+	if err != nil {
+		return n, w.fail(newErr("write", w.path, nil, err))
+	}
+	return n, nil
+}
+
+// hashAside is the size from which a write hashes on another goroutine
+// while the data goes to the file: SHA-256 costs about as much CPU as the
+// write itself, and a second core halves the time of a large upload.
+const hashAside = 64 << 10
+
+// writeHashing writes p to f and adds what was written to h.
+func writeHashing(f io.Writer, h hash.Hash, p []byte) (int, error) {
+	if len(p) < hashAside {
+		n, err := f.Write(p)
+		h.Write(p[:n])
+		return n, err
+	}
+	hashed := make(chan struct{})
+	go func() {
+		h.Write(p)
+		close(hashed)
+	}()
+	n, err := f.Write(p)
+	<-hashed
+	// After a short write (a full disk) the hash covers more than the
+	// file; the writer has failed then, and its hash is never reported.
+	return n, err
+}
+
+// copyBufs are ReadFrom's buffers: bigger than io.Copy's 32 KiB, for
+// fewer system calls on large uploads.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+
+// ReadFrom writes everything r yields; it makes io.Copy use big reads.
+// Each buffer is filled before it is written: readers such as a multipart
+// part yield a few KiB a read, and a write costs per call (a system call,
+// and hashing that runs aside only for large ones).
+func (w *Writer) ReadFrom(r io.Reader) (int64, error) {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	var total int64
+	for {
+		n, err := fill(r, *bp)
+		if n > 0 {
+			k, werr := w.Write((*bp)[:n])
+			total += int64(k)
+			if werr != nil {
+				return total, werr
+			}
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// fill reads into p until it is full or r fails; err is r's, io.EOF at
+// its end. (io.ReadFull would turn the end into io.ErrUnexpectedEOF, which
+// cannot be told from a reader's own, such as a truncated gzip stream's.)
+func fill(r io.Reader, p []byte) (n int, err error) {
+	for n < len(p) && err == nil {
+		var k int
+		k, err = r.Read(p[n:])
+		n += k
+	}
+	return n, err
+}
+
+func (w *Writer) usable() error {
+	switch {
+	case w.err != nil:
+		return w.err
+	case w.closed:
+		return newErr("write", w.path, ErrInvalid, errWriterClosed)
+	}
+	return nil
+}
+
+// Commit makes the content durable (fsync) and renames it over the path.
+// On failure the temporary file is removed and the path is as it was.
+func (w *Writer) Commit() (Committed, error) {
+	if err := w.usable(); err != nil {
+		return Committed{}, err
+	}
+	if err := w.f.Sync(); err != nil {
+		// Delayed allocation reports a full disk here, not at write.
+		return Committed{}, w.fail(newErr("write", w.path, nil, err))
+	}
+	err := w.m.as(w.u, func() error {
+		fd := int(w.f.Fd())
+		if w.owner != nil {
+			// Before the mode: a chown clears setuid and setgid.
+			if err := unix.Fchown(fd, w.owner[0], w.owner[1]); err != nil {
+				return err
+			}
+		}
+		if err := unix.Fchmod(fd, w.mode); err != nil {
+			return err
+		}
+		return w.rename()
+	})
+	if err != nil {
+		return Committed{}, w.fail(newErr("write", w.path, nil, err))
+	}
+	w.closed = true
+	w.f.Close()
+	w.m.journal.done(w.entry)
+	return Committed{Path: w.path, Size: w.size, SHA256: hex.EncodeToString(w.hash.Sum(nil)), Created: !w.existed}, nil
+}
+
+// rename puts the temporary file in place; Exclusive never replaces a
+// file that appeared meanwhile.
+func (w *Writer) rename() error {
+	if !w.opts.Exclusive {
+		return os.Rename(w.tmp, w.path)
+	}
+	err := unix.Renameat2(unix.AT_FDCWD, w.tmp, unix.AT_FDCWD, w.path, unix.RENAME_NOREPLACE)
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) {
+		return err
+	}
+	// A filesystem without RENAME_NOREPLACE: link fails if the path
+	// exists, and the temporary name goes after.
+	if err := os.Link(w.tmp, w.path); err != nil {
+		return err
+	}
+	return os.Remove(w.tmp)
+}
+
+// Abort removes the temporary file; the path keeps its old content. It
+// does nothing after Commit or an earlier Abort.
+func (w *Writer) Abort() {
+	if w.closed || w.err != nil {
+		return
+	}
+	w.fail(newErr("write", w.path, ErrAbandoned, nil))
+}
+
+// fail ends the writer with err and removes its temporary file.
+func (w *Writer) fail(err error) error {
+	if w.err == nil {
+		w.err = err
+		w.closed = true
+		w.f.Close()
+		w.m.as(w.u, func() error { return os.Remove(w.tmp) })
+		w.m.journal.done(w.entry)
+	}
+	return w.err
+}
+
+// virtualFS reports filesystems whose files are kernel interfaces, not
+// content: a temporary file cannot be created there, nor renamed over one.
+func virtualFS(magic int64) bool {
+	switch magic {
+	case unix.PROC_SUPER_MAGIC, unix.SYSFS_MAGIC, unix.CGROUP_SUPER_MAGIC, unix.CGROUP2_SUPER_MAGIC,
+		unix.DEBUGFS_MAGIC, unix.TRACEFS_MAGIC, unix.SECURITYFS_MAGIC, unix.BPF_FS_MAGIC,
+		unix.PSTOREFS_MAGIC, unix.EFIVARFS_MAGIC:
+		return true
+	}
+	return false
+}

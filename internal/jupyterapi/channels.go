@@ -1,0 +1,293 @@
+package jupyterapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"go.uber.org/zap"
+
+	"github.com/rayito/rayito-agent/internal/jupyter"
+	"github.com/rayito/rayito-agent/internal/stream"
+)
+
+const (
+	// maxFrame bounds a message from a client, as the manager bounds the
+	// kernel's (widgets send buffers).
+	maxFrame = 32 << 20
+	// closeResumed asks clients to reconnect after a resume: "service
+	// restart", which @jupyterlab/services answers by reconnecting (it
+	// gives up on 1000 and 1001).
+	closeResumed websocket.StatusCode = 1012
+	// startPoll paces the checks of a kernel that is restarting while a
+	// client's message waits for it.
+	startPoll = 20 * time.Millisecond
+)
+
+// relay is the Control of a kernel's relay stream.
+type relay interface {
+	SendMsg(m jupyter.Msg) error
+	Close() error
+}
+
+// channelConn is one kernel websocket: the reader sends the client's
+// messages to the kernel through the relay; the writer pumps the relay's
+// stream (the kernel's iopub and the replies to this relay's requests)
+// to the client.
+type channelConn struct {
+	s      *Server
+	ws     *websocket.Conn
+	relay  relay
+	att    *stream.Attachment
+	kernel string
+	v1     bool
+	log    *zap.Logger
+}
+
+// serveChannels upgrades to the kernel websocket. The client offers the
+// v1 subprotocol; selecting none makes it reconnect with the legacy
+// framing.
+func (s *Server) serveChannels(w http.ResponseWriter, r *http.Request) {
+	k, ok := s.kernel(w, r)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		writeError(w, http.StatusServiceUnavailable, "the agent is shutting down")
+		return
+	}
+	st, err := s.o.Kernels.Channels(k.ID())
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	rel, ok := st.Control.(relay)
+	att, err := st.Attach(nil, 0)
+	if !ok || err != nil {
+		if ok {
+			rel.Close()
+		}
+		writeError(w, http.StatusInternalServerError, "cannot relay kernel "+k.ID())
+		return
+	}
+	var protocols []string
+	if !s.o.LegacyOnly {
+		protocols = []string{v1Protocol}
+	}
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols: protocols,
+		// The token authenticates; origins are whatever proxy fronts us.
+		InsecureSkipVerify: true,
+		CompressionMode:    websocket.CompressionDisabled,
+	})
+	if err != nil {
+		att.Close()
+		rel.Close()
+		return
+	}
+	ws.SetReadLimit(maxFrame)
+	c := &channelConn{
+		s: s, ws: ws, relay: rel, att: att, kernel: k.ID(), v1: ws.Subprotocol() == v1Protocol,
+		log: s.log.With(zap.String("kernel", k.ID()), zap.Uint64("relay", st.ID)),
+	}
+	if !s.track(c) {
+		ws.Close(websocket.StatusGoingAway, "the agent is shutting down")
+		att.Close()
+		rel.Close()
+		return
+	}
+	defer s.untrack(c)
+	c.run()
+}
+
+func (s *Server) track(c *channelConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	if s.o.Traffic != nil {
+		s.o.Traffic.ConnOpened()
+	}
+	return true
+}
+
+func (s *Server) untrack(c *channelConn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	if s.o.Traffic != nil {
+		s.o.Traffic.ConnClosed()
+	}
+}
+
+func (c *channelConn) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer cancel()
+		c.write(ctx)
+	}()
+	c.read(ctx)
+	cancel()
+	wg.Wait()
+	c.att.Close()
+	c.relay.Close()
+	c.ws.CloseNow()
+}
+
+// read passes the client's messages to the kernel until the websocket
+// closes. A message that cannot be decoded or sent is dropped and logged,
+// as jupyter_server does: the protocol has no way to refuse one.
+func (c *channelConn) read(ctx context.Context) {
+	for {
+		typ, data, err := c.ws.Read(ctx)
+		if err != nil {
+			return
+		}
+		c.count(len(data), true)
+		var m jupyter.Msg
+		if c.v1 {
+			m, err = decodeV1(data)
+		} else {
+			m, err = decodeLegacy(data, typ == websocket.MessageBinary)
+		}
+		if err == nil {
+			err = c.sendWhenStarted(ctx, m)
+		}
+		if err != nil {
+			c.log.Warn("dropped a client message", zap.Error(err))
+		}
+	}
+}
+
+// sendWhenStarted sends m, waiting while the kernel is (re)starting: a
+// client that reconnects during a restart sends kernel_info_request at
+// once and waits for its reply, which jupyter_server's queues would have
+// delivered to the new process. Later messages wait behind it, in order.
+func (c *channelConn) sendWhenStarted(ctx context.Context, m jupyter.Msg) error {
+	deadline := time.Now().Add(opBound)
+	for {
+		err := c.relay.SendMsg(m)
+		k, gerr := c.s.o.Kernels.Get(c.kernel)
+		if err == nil || gerr != nil || k.Info().State != jupyter.StateStarting || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(startPoll):
+		}
+	}
+}
+
+// write sends the relay's messages to the client. The relay's stream ends
+// when the kernel is shut down: the websocket then closes normally.
+func (c *channelConn) write(ctx context.Context) {
+	for {
+		it, err := c.att.Next(ctx, nil, maxFrame)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
+				c.log.Warn("relay read failed", zap.Error(err))
+			}
+			return
+		}
+		switch it.Kind {
+		case stream.ItemGap:
+			c.log.Warn("kernel messages dropped before this client read them", zap.Uint64("from", it.From), zap.Uint64("to", it.To))
+		case stream.ItemEnd:
+			c.ws.Close(websocket.StatusNormalClosure, "kernel "+c.kernel+" was shut down")
+			return
+		case stream.ItemEvent:
+			if err := c.send(ctx, it.Data); err != nil {
+				return
+			}
+		}
+	}
+}
+
+func (c *channelConn) send(ctx context.Context, ev []byte) error {
+	m, err := jupyter.DecodeRelayEvent(ev)
+	if err != nil {
+		c.log.Warn("undecodable relay event", zap.Error(err))
+		return nil
+	}
+	typ, frame := websocket.MessageBinary, []byte(nil)
+	if c.v1 {
+		frame = encodeV1(m)
+	} else {
+		var binaryFrame bool
+		if frame, binaryFrame, err = encodeLegacy(m); err != nil {
+			c.log.Warn("unencodable kernel message", zap.Error(err))
+			return nil
+		}
+		if !binaryFrame {
+			typ = websocket.MessageText
+		}
+	}
+	if err := c.ws.Write(ctx, typ, frame); err != nil {
+		return err
+	}
+	c.count(len(frame), false)
+	return nil
+}
+
+func (c *channelConn) count(n int, in bool) {
+	switch t := c.s.o.Traffic; {
+	case t == nil:
+	case in:
+		t.In(n)
+	default:
+		t.Out(n)
+	}
+}
+
+// CutForResume closes every kernel websocket with 1012, so that clients
+// reconnect over the new network path; the kernels and their relays'
+// kernel-side state are untouched.
+func (s *Server) CutForResume(ctx context.Context, gen uint64) {
+	s.closeAll(ctx, closeResumed, "the sandbox was resumed; reconnect")
+}
+
+// Close closes every kernel websocket with 1001 (going away) and refuses
+// new ones; the agent is stopping.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+	defer cancel()
+	s.closeAll(ctx, websocket.StatusGoingAway, "the agent is shutting down")
+}
+
+func (s *Server) closeAll(ctx context.Context, code websocket.StatusCode, why string) {
+	s.mu.Lock()
+	conns := make([]*channelConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Close waits for the client's close frame; a client that is
+			// half-dead after a resume never sends one.
+			stop := context.AfterFunc(ctx, func() { c.ws.CloseNow() })
+			defer stop()
+			c.ws.Close(code, why)
+		}()
+	}
+	wg.Wait()
+}

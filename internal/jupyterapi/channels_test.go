@@ -1,0 +1,403 @@
+package jupyterapi_test
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/rayito/rayito-agent/internal/jupyter"
+)
+
+// wsClient is a bare kernel websocket client with its own framing code,
+// independent of the server's.
+type wsClient struct {
+	t       testing.TB
+	c       *websocket.Conn
+	v1      bool
+	session string
+	n       int
+}
+
+// msg is a kernel message as a client sees it.
+type msg struct {
+	Channel string          `json:"channel"`
+	Header  map[string]any  `json:"header"`
+	Parent  map[string]any  `json:"parent_header"`
+	Meta    map[string]any  `json:"metadata"`
+	Content json.RawMessage `json:"content"`
+}
+
+func (m msg) msgType() string  { s, _ := m.Header["msg_type"].(string); return s }
+func (m msg) parentID() string { s, _ := m.Parent["msg_id"].(string); return s }
+
+// clientCount makes session ids, and so msg_ids, unique across clients.
+var clientCount atomic.Int64
+
+func (a *agent) dialKernel(t testing.TB, kernelID string, offerV1 bool) *wsClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	opts := &websocket.DialOptions{}
+	if offerV1 {
+		opts.Subprotocols = []string{"v1.kernel.websocket.jupyter.org"}
+	}
+	session := fmt.Sprintf("%s-%d", t.Name(), clientCount.Add(1))
+	u := "ws" + strings.TrimPrefix(a.url, "http") + "api/kernels/" + kernelID + "/channels?session_id=" + session + "&token=" + testToken
+	c, _, err := websocket.Dial(ctx, u, opts)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	c.SetReadLimit(64 << 20)
+	t.Cleanup(func() { c.CloseNow() })
+	return &wsClient{t: t, c: c, v1: c.Subprotocol() == "v1.kernel.websocket.jupyter.org", session: session}
+}
+
+// send sends a request and returns its msg_id.
+func (w *wsClient) send(channel, msgType string, content any) string {
+	w.t.Helper()
+	w.n++
+	id := fmt.Sprintf("%s-%d", w.session, w.n)
+	header := map[string]any{"msg_id": id, "msg_type": msgType, "session": w.session, "username": "test", "version": "5.3", "date": time.Now().UTC().Format(time.RFC3339)}
+	body, _ := json.Marshal(content)
+	w.sendRaw(channel, header, body)
+	return id
+}
+
+func (w *wsClient) sendRaw(channel string, header map[string]any, content []byte) {
+	w.t.Helper()
+	h, _ := json.Marshal(header)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	var err error
+	if w.v1 {
+		err = w.c.Write(ctx, websocket.MessageBinary, v1Frame([]byte(channel), h, []byte("{}"), []byte("{}"), content))
+	} else {
+		m, _ := json.Marshal(map[string]any{"channel": channel, "header": json.RawMessage(h), "parent_header": map[string]any{}, "metadata": map[string]any{}, "content": json.RawMessage(content)})
+		err = w.c.Write(ctx, websocket.MessageText, m)
+	}
+	if err != nil {
+		w.t.Fatalf("write: %v", err)
+	}
+}
+
+func v1Frame(parts ...[]byte) []byte {
+	n := len(parts) + 1
+	out := make([]byte, 8*(n+1))
+	binary.LittleEndian.PutUint64(out, uint64(n))
+	off := len(out)
+	for i, p := range parts {
+		binary.LittleEndian.PutUint64(out[8*(i+1):], uint64(off))
+		off += len(p)
+	}
+	binary.LittleEndian.PutUint64(out[8*n:], uint64(off))
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// next reads one message.
+func (w *wsClient) next() msg {
+	w.t.Helper()
+	m, err := w.read()
+	if err != nil {
+		w.t.Fatalf("read: %v", err)
+	}
+	return m
+}
+
+func (w *wsClient) read() (msg, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	typ, data, err := w.c.Read(ctx)
+	if err != nil {
+		return msg{}, err
+	}
+	var m msg
+	switch {
+	case w.v1:
+		if typ != websocket.MessageBinary {
+			return m, fmt.Errorf("v1 frame of type %v", typ)
+		}
+		n := binary.LittleEndian.Uint64(data)
+		offs := make([]uint64, n)
+		for i := range offs {
+			offs[i] = binary.LittleEndian.Uint64(data[8*(i+1):])
+		}
+		if offs[n-1] != uint64(len(data)) {
+			return m, fmt.Errorf("last offset %d, frame %d bytes", offs[n-1], len(data))
+		}
+		part := func(i int) []byte { return data[offs[i]:offs[i+1]] }
+		m.Channel = string(part(0))
+		for i, dst := range []any{&m.Header, &m.Parent, &m.Meta, &m.Content} {
+			if err := json.Unmarshal(part(i+1), dst); err != nil {
+				return m, fmt.Errorf("part %d: %v", i+1, err)
+			}
+		}
+	case typ == websocket.MessageText:
+		if err := json.Unmarshal(data, &m); err != nil {
+			return m, err
+		}
+	default:
+		return m, fmt.Errorf("legacy binary frame without buffers")
+	}
+	return m, nil
+}
+
+// until reads until a message matches, returning everything read.
+func (w *wsClient) until(match func(msg) bool) []msg {
+	w.t.Helper()
+	var seen []msg
+	for {
+		m := w.next()
+		seen = append(seen, m)
+		if match(m) {
+			return seen
+		}
+	}
+}
+
+func isReply(id, msgType string) func(msg) bool {
+	return func(m msg) bool { return m.parentID() == id && m.msgType() == msgType }
+}
+
+func executeContent(code string) map[string]any {
+	return map[string]any{"code": code, "silent": false, "store_history": true, "user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true}
+}
+
+func TestWebsocketFanOut(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, false)
+	k := a.startKernel(t)
+	wa, wb := a.dialKernel(t, k.ID(), true), a.dialKernel(t, k.ID(), true)
+	if !wa.v1 || !wb.v1 {
+		t.Fatal("the v1 subprotocol was not selected")
+	}
+	// Both are ready once each has its own kernel_info_reply.
+	for _, w := range []*wsClient{wa, wb} {
+		id := w.send("shell", "kernel_info_request", map[string]any{})
+		w.until(isReply(id, "kernel_info_reply"))
+	}
+	if n := k.Connections(); n != 2 {
+		t.Fatalf("connections %d with two websockets", n)
+	}
+	id := wa.send("shell", "execute_request", executeContent("fan = 6 * 7\nfan"))
+	var result string
+	var replied, idle bool
+	for !replied || !idle {
+		m := wa.next()
+		if m.parentID() != id {
+			continue
+		}
+		switch m.msgType() {
+		case "execute_reply":
+			replied = true
+		case "execute_result":
+			var c struct{ Data map[string]string }
+			json.Unmarshal(m.Content, &c)
+			result = c.Data["text/plain"]
+		case "status":
+			idle = strings.Contains(string(m.Content), "idle")
+		}
+	}
+	if result != "42" {
+		t.Fatalf("sender: result %q", result)
+	}
+	// The other websocket saw the iopub, and not the sender's reply.
+	seen := wb.until(func(m msg) bool { return m.parentID() == id && m.msgType() == "execute_result" })
+	probe := wb.send("shell", "kernel_info_request", map[string]any{})
+	seen = append(seen, wb.until(isReply(probe, "kernel_info_reply"))...)
+	for _, m := range seen {
+		if m.Channel == "shell" && m.parentID() == id {
+			t.Fatalf("the other websocket got the sender's %s", m.msgType())
+		}
+	}
+}
+
+func TestWebsocketLegacyFraming(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, false)
+	k := a.startKernel(t)
+	w := a.dialKernel(t, k.ID(), false) // offers nothing: legacy JSON
+	if w.v1 || w.c.Subprotocol() != "" {
+		t.Fatalf("subprotocol %q selected for a client that offered none", w.c.Subprotocol())
+	}
+	id := w.send("shell", "execute_request", executeContent("print('legacy')"))
+	var out string
+	for _, m := range w.until(isReply(id, "execute_reply")) {
+		if m.parentID() == id && m.msgType() == "stream" {
+			var c struct{ Text string }
+			json.Unmarshal(m.Content, &c)
+			out += c.Text
+		}
+	}
+	// Stream output may arrive after the reply; wait for idle.
+	for !strings.Contains(out, "legacy") {
+		m := w.next()
+		if m.parentID() == id && m.msgType() == "stream" {
+			var c struct{ Text string }
+			json.Unmarshal(m.Content, &c)
+			out += c.Text
+		}
+	}
+}
+
+func TestWebsocketBadFramesAreDropped(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, false)
+	k := a.startKernel(t)
+	w := a.dialKernel(t, k.ID(), true)
+	ctx := context.Background()
+	for _, bad := range [][]byte{
+		{1, 2, 3},
+		v1Frame([]byte("shell"), []byte("not json"), []byte("{}"), []byte("{}"), []byte("{}")),
+		v1Frame([]byte("iopub"), []byte(`{"msg_type":"status"}`), []byte("{}"), []byte("{}"), []byte("{}")),
+		v1Frame([]byte("shell"), []byte(`{}`), []byte("{}"), []byte("{}"), []byte("{}")), // no msg_type
+		binary.LittleEndian.AppendUint64(nil, 1<<40),
+	} {
+		if err := w.c.Write(ctx, websocket.MessageBinary, bad); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.c.Write(ctx, websocket.MessageText, []byte(`{"channel":"shell"}`)); err != nil {
+		t.Fatal(err)
+	}
+	// The connection and the kernel still work.
+	id := w.send("shell", "kernel_info_request", map[string]any{})
+	w.until(isReply(id, "kernel_info_reply"))
+}
+
+func TestWebsocketClosesWhenKernelShutDown(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, false)
+	k := a.startKernel(t)
+	w := a.dialKernel(t, k.ID(), true)
+	if err := a.kernels.Shutdown(context.Background(), k.ID()); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := w.read(); err != nil {
+			if code := websocket.CloseStatus(err); code != websocket.StatusNormalClosure {
+				t.Fatalf("closed with %v (%v), want 1000", code, err)
+			}
+			return
+		}
+	}
+}
+
+func TestResumeClosesWebsocketsWith1012(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, false)
+	k := a.startKernel(t)
+	w := a.dialKernel(t, k.ID(), true)
+	id := w.send("shell", "execute_request", executeContent("kept = 'across the resume'"))
+	w.until(isReply(id, "execute_reply"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a.api.CutForResume(ctx, 2)
+	for {
+		if _, err := w.read(); err != nil {
+			if code := websocket.CloseStatus(err); code != 1012 {
+				t.Fatalf("closed with %v (%v), want 1012", code, err)
+			}
+			break
+		}
+	}
+	eventually(t, "the cut websocket's relay is closed", func() bool { return k.Connections() == 0 })
+	// A client reconnects and finds its kernel as it was.
+	w = a.dialKernel(t, k.ID(), true)
+	id = w.send("shell", "execute_request", executeContent("kept"))
+	var result string
+	for _, m := range w.until(isReply(id, "execute_reply")) {
+		if m.parentID() == id && m.msgType() == "execute_result" {
+			result = string(m.Content)
+		}
+	}
+	for result == "" {
+		if m := w.next(); m.parentID() == id && m.msgType() == "execute_result" {
+			result = string(m.Content)
+		}
+	}
+	if !strings.Contains(result, "across the resume") {
+		t.Fatalf("after the resume: %s", result)
+	}
+}
+
+func TestTrafficCounted(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, false)
+	k := a.startKernel(t)
+	before := a.traffic.Snapshot()
+	a.do(t, "GET", "api/kernels", "")
+	afterREST := a.traffic.Snapshot()
+	if afterREST.BytesOut <= before.BytesOut {
+		t.Fatalf("REST response not counted: %+v then %+v", before, afterREST)
+	}
+	w := a.dialKernel(t, k.ID(), true)
+	id := w.send("shell", "kernel_info_request", map[string]any{})
+	w.until(isReply(id, "kernel_info_reply"))
+	// The agent counts a frame once its write returned, which may be
+	// after the client read it.
+	eventually(t, "websocket traffic is counted", func() bool {
+		during := a.traffic.Snapshot()
+		return during.BytesIn > afterREST.BytesIn && during.BytesOut > afterREST.BytesOut && during.Connections == 1
+	})
+	w.c.Close(websocket.StatusNormalClosure, "")
+	eventually(t, "the closed websocket is no longer counted", func() bool { return a.traffic.Snapshot().Connections == 0 })
+}
+
+// eventually waits for cond, failing the test if it never holds.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never true: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestShutdownRefusesWebsockets(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, false)
+	k := a.startKernel(t)
+	w := a.dialKernel(t, k.ID(), true)
+	done := make(chan struct{})
+	go func() { a.api.Close(); close(done) }()
+	_, err := w.read()
+	if code := websocket.CloseStatus(err); code != websocket.StatusGoingAway {
+		t.Fatalf("closed with %v (%v), want 1001", code, err)
+	}
+	<-done
+	res, body := a.do(t, "GET", "api/kernels/"+k.ID()+"/channels", "")
+	if res.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("websocket after Close: %d %s", res.StatusCode, body)
+	}
+}
+
+// TestWebsocketMessageWaitsForRestart: a message sent while the kernel
+// restarts reaches the new process instead of being dropped.
+func TestWebsocketMessageWaitsForRestart(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, false)
+	k := a.startKernel(t)
+	w := a.dialKernel(t, k.ID(), true)
+	restarted := make(chan error, 1)
+	go func() { restarted <- a.kernels.Restart(context.Background(), k.ID()) }()
+	eventually(t, "the kernel is restarting", func() bool { return k.Info().State == jupyter.StateStarting })
+	id := w.send("shell", "kernel_info_request", map[string]any{})
+	w.until(isReply(id, "kernel_info_reply"))
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,129 @@
+package jupyterapi_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/jupyter"
+	"github.com/rayito/rayito-agent/internal/jupyterapi"
+	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/traffic"
+)
+
+const (
+	testToken = "jupyter-test-token"
+	// waitFor bounds anything a kernel does in a test.
+	waitFor = 60 * time.Second
+)
+
+var reaper *proc.Reaper
+
+func TestMain(m *testing.M) { os.Exit(runTests(m)) }
+
+func runTests(m *testing.M) int {
+	r, err := proc.NewReaper()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "reaper:", err)
+		return 1
+	}
+	defer r.Close()
+	reaper = r
+	base := runtime.NumGoroutine()
+	code := m.Run()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > base && code == 0 {
+		buf := make([]byte, 1<<20)
+		fmt.Fprintf(os.Stderr, "leaked goroutines: %d now, %d before the tests\n%s\n", n, base, buf[:runtime.Stack(buf, true)])
+		return 1
+	}
+	return code
+}
+
+// agent is the agent's HTTP server with real managers and the API
+// mounted, as the agent runs it, on 127.0.0.1:0.
+type agent struct {
+	url     string // http://127.0.0.1:port/
+	kernels *jupyter.Manager
+	api     *jupyterapi.Server
+	traffic *traffic.Counter
+}
+
+func newAgent(t testing.TB, legacyOnly bool) *agent {
+	t.Helper()
+	streams := stream.NewRegistry(0)
+	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: reaper})
+	counter := traffic.NewCounter()
+	auth := endpoint.NewAuth(testToken)
+	api := jupyterapi.New(jupyterapi.Options{Kernels: kernels, Auth: auth, Traffic: counter, LegacyOnly: legacyOnly})
+	srv := endpoint.New(endpoint.Config{Auth: auth, Streams: streams, Traffic: counter, Kernels: kernels})
+	for _, p := range api.Patterns() {
+		srv.Mount(p, api)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		api.Close()
+		hs.Close()
+		kernels.Close()
+		streams.Close()
+	})
+	return &agent{url: hs.URL + "/", kernels: kernels, api: api, traffic: counter}
+}
+
+// startKernel starts a kernel through the manager, as any surface would.
+func (a *agent) startKernel(t testing.TB) *jupyter.Kernel {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	k, err := a.kernels.Start(ctx, jupyter.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.kernels.Shutdown(context.Background(), k.ID()) })
+	return k
+}
+
+// do sends a REST request with the token header and returns the response
+// and its body.
+func (a *agent) do(t testing.TB, method, path, body string, header ...string) (*http.Response, string) {
+	t.Helper()
+	return a.doAuth(t, method, path, body, append([]string{"Authorization", "token " + testToken}, header...)...)
+}
+
+// doAuth sends a request with only the given headers.
+func (a *agent) doAuth(t testing.TB, method, path, body string, header ...string) (*http.Response, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, a.url+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, string(b)
+}
