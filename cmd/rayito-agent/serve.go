@@ -350,7 +350,7 @@ func run(cfg config, log *zap.Logger) error {
 		}
 	}
 	if cfg.detectClock {
-		clockJump = resume.WatchClocks(nil, detected(resume.SourceClock))
+		clockJump = resume.WatchClocks(nil, log.Named("resume"), detected(resume.SourceClock))
 		defer clockJump.Close()
 	}
 	if cfg.onIdle != "" {

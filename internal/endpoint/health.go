@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"runtime/metrics"
 	"sort"
 	"strings"
 	"time"
@@ -104,6 +105,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Streams != nil {
 		counts := map[string]int{}
 		var dropped uint64
+		var retained int
 		for _, st := range s.cfg.Streams.List("") {
 			state := "running"
 			if st.Ended() != nil {
@@ -112,6 +114,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 			counts[fmt.Sprintf("kind=%q,state=%q", st.Kind, state)]++
 			for _, l := range st.Logs() {
 				dropped += l.Stats().Lost
+				retained += l.Memory()
 			}
 		}
 		keys := make([]string, 0, len(counts))
@@ -123,6 +126,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 			m.Metric("rayito_streams", "gauge", "Streams known to the agent.", k, float64(counts[k]))
 		}
 		m.Metric("rayito_stream_lost_total", "counter", "Bytes or events discarded before any client acknowledged them.", "", float64(dropped))
+		m.Metric("rayito_stream_retained_bytes", "gauge", "Memory the streams hold for clients: output buffers and encoded events.", "", float64(retained))
 	}
 	if s.cfg.Metrics != nil {
 		s.cfg.Metrics(&m)
@@ -131,6 +135,11 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	runtime.ReadMemStats(&ms)
 	m.Metric("go_goroutines", "gauge", "Goroutines.", "", float64(runtime.NumGoroutine()))
 	m.Metric("go_memstats_heap_inuse_bytes", "gauge", "Heap bytes in use.", "", float64(ms.HeapInuse))
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(live)
+	if live[0].Value.Kind() == metrics.KindUint64 {
+		m.Metric("go_gc_heap_live_bytes", "gauge", "Heap bytes reachable at the end of the last garbage collection.", "", float64(live[0].Value.Uint64()))
+	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Write([]byte(m.b.String()))
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,6 +36,7 @@ type Clocks interface {
 type ClockJumpDetector struct {
 	clocks Clocks
 	report func()
+	log    *zap.Logger
 
 	mu             sync.Mutex
 	rtcBase        time.Duration
@@ -43,16 +45,21 @@ type ClockJumpDetector struct {
 	stop, finished chan struct{}
 }
 
-// WatchClocks starts the detector; clocks nil reads the real ones.
-func WatchClocks(clocks Clocks, report func()) *ClockJumpDetector {
-	return watchClocks(clocks, clockTick, report)
+// WatchClocks starts the detector; clocks nil reads the real ones. Each
+// jump is logged with the offsets before and after it, so that a resume
+// the agent detected can be explained.
+func WatchClocks(clocks Clocks, log *zap.Logger, report func()) *ClockJumpDetector {
+	return watchClocks(clocks, log, clockTick, report)
 }
 
-func watchClocks(clocks Clocks, every time.Duration, report func()) *ClockJumpDetector {
+func watchClocks(clocks Clocks, log *zap.Logger, every time.Duration, report func()) *ClockJumpDetector {
 	if clocks == nil {
 		clocks = systemClocks{}
 	}
-	d := &ClockJumpDetector{clocks: clocks, report: report, stop: make(chan struct{}), finished: make(chan struct{})}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	d := &ClockJumpDetector{clocks: clocks, report: report, log: log, stop: make(chan struct{}), finished: make(chan struct{})}
 	d.rebaselineLocked()
 	go d.loop(every)
 	return d
@@ -77,6 +84,10 @@ func (d *ClockJumpDetector) Check() bool {
 	d.mu.Lock()
 	rtc, rtcOK, boot := d.clocks.Read()
 	jumped := (rtcOK && d.rtcOK && abs(rtc-d.rtcBase) >= clockThreshold) || boot-d.bootBase >= clockThreshold
+	if jumped {
+		d.log.Info("clock jump", zap.Duration("rtc_offset_was", d.rtcBase), zap.Duration("rtc_offset", rtc),
+			zap.Bool("rtc", rtcOK && d.rtcOK), zap.Duration("boot_offset_was", d.bootBase), zap.Duration("boot_offset", boot))
+	}
 	if jumped || rtcOK != d.rtcOK {
 		d.rtcBase, d.rtcOK, d.bootBase = rtc, rtcOK, boot
 	}

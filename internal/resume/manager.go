@@ -170,6 +170,9 @@ func (m *Manager) Generation() uint64 {
 // Resume runs the resume sequence for a report, unless the report belongs
 // to a resume already handled, and returns the state after it.
 func (m *Manager) Resume(ctx context.Context, r Report) State {
+	// A host's time is when it sent the report; the report may wait
+	// below for a sequence in progress (seconds when a kernel is slow).
+	arrived := time.Now()
 	m.seq.Lock()
 	defer m.seq.Unlock()
 	if r.ResumeID != "" {
@@ -183,13 +186,13 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	if m.duplicate(r.Source) {
 		m.log.Debug("resume already handled", zap.String("source", string(r.Source)))
 		if r.TimeUnixNs > 0 {
-			m.setClock(r.TimeUnixNs)
+			m.setClock(r.TimeUnixNs, arrived)
 		}
 		return m.remember(r.ResumeID, m.State())
 	}
 	start := time.Now()
 	if r.TimeUnixNs > 0 {
-		m.setClock(r.TimeUnixNs)
+		m.setClock(r.TimeUnixNs, arrived)
 	}
 	// A kernel counts as lost if it stopped answering or died since the
 	// last resume: either way its variables are gone. One already reported
@@ -276,11 +279,14 @@ func (m *Manager) remember(id string, s State) State {
 	return s
 }
 
-func (m *Manager) setClock(ns int64) {
-	err := m.o.SetClock(time.Unix(0, ns))
+// setClock sets the wall clock to the host's time ns, plus the time since
+// the report arrived.
+func (m *Manager) setClock(ns int64, arrived time.Time) {
+	t := time.Unix(0, ns).Add(time.Since(arrived))
+	err := m.o.SetClock(t)
 	switch {
 	case err == nil:
-		m.log.Info("clock set from host", zap.Time("time", time.Unix(0, ns)))
+		m.log.Info("clock set from host", zap.Time("time", t))
 	case errors.Is(err, syscall.EPERM):
 		m.log.Warn("cannot set the clock: the agent lacks CAP_SYS_TIME", zap.Error(err))
 	default:

@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // kernelTable is a Kernels whose answers the test sets: the sequence's
@@ -163,9 +166,57 @@ func TestCorruptStateIsAnError(t *testing.T) {
 func TestClockIsSetFromHostTime(t *testing.T) {
 	var got atomic.Int64
 	m, _ := New(Options{SetClock: func(t time.Time) error { got.Store(t.UnixNano()); return nil }})
-	m.Resume(context.Background(), Report{Source: SourceHost, TimeUnixNs: 1796000000000000000})
-	if got.Load() != 1796000000000000000 {
-		t.Fatalf("clock set to %d", got.Load())
+	const host = 1796000000000000000
+	m.Resume(context.Background(), Report{Source: SourceHost, TimeUnixNs: host})
+	if d := time.Duration(got.Load() - host); d < 0 || d > time.Second {
+		t.Fatalf("clock set to %d, %s after the host's time", got.Load(), d)
+	}
+}
+
+// slowKernels holds the kernel check until release is closed.
+type slowKernels struct {
+	checking chan struct{} // closed when the check started
+	release  chan struct{}
+}
+
+func (k *slowKernels) Check(ctx context.Context) []KernelHealth {
+	close(k.checking)
+	<-k.release
+	return nil
+}
+
+func (k *slowKernels) List() []KernelHealth { return nil }
+
+// A host's report that waits behind a resume in progress (a slow kernel
+// check) sets the clock to its time plus the wait, not to a time that is
+// as old as the wait.
+func TestHostTimeCountsTheWait(t *testing.T) {
+	var got atomic.Int64
+	k := &slowKernels{checking: make(chan struct{}), release: make(chan struct{})}
+	m, _ := New(Options{Kernels: k, KernelCheck: time.Minute, SetClock: func(t time.Time) error { got.Store(t.UnixNano()); return nil }})
+	detected := make(chan struct{})
+	go func() {
+		defer close(detected)
+		m.Resume(context.Background(), Report{Source: SourceClock})
+	}()
+	<-k.checking
+	host := time.Now()
+	answered := make(chan State, 1)
+	go func() {
+		answered <- m.Resume(context.Background(), Report{Source: SourceHost, TimeUnixNs: host.UnixNano()})
+	}()
+	const wait = 2 * time.Second
+	time.Sleep(wait)
+	close(k.release)
+	<-detected
+	if s := <-answered; s.Generation != 1 {
+		t.Fatalf("the host's report of the same restore made generation %d", s.Generation)
+	}
+	// The report arrived right after host and waited about wait; a
+	// loaded machine may start its goroutine late, hence half of it.
+	if set := time.Unix(0, got.Load()); set.Sub(host) < wait/2 {
+		t.Errorf("clock set to %s, %s after the host's time, which came %s before the report got its turn",
+			set.Format(time.RFC3339Nano), set.Sub(host), wait)
 	}
 }
 
@@ -208,7 +259,8 @@ func (f *fakeClocks) set(rtc, boot time.Duration) {
 func TestClockJumpDetector(t *testing.T) {
 	clocks := &fakeClocks{}
 	var fired atomic.Int32
-	d := watchClocks(clocks, time.Hour, func() { fired.Add(1) }) // checked by hand below
+	core, logs := observer.New(zap.InfoLevel)
+	d := watchClocks(clocks, zap.New(core), time.Hour, func() { fired.Add(1) }) // checked by hand below
 	defer d.Close()
 	clocks.set(1500*time.Millisecond, 0) // RTC resolution noise
 	if d.Check() {
@@ -232,6 +284,17 @@ func TestClockJumpDetector(t *testing.T) {
 	}
 	if fired.Load() != 2 {
 		t.Fatalf("report called %d times, want 2", fired.Load())
+	}
+	// Each jump is logged with the offsets that moved.
+	jumps := logs.FilterMessage("clock jump").All()
+	if len(jumps) != 2 {
+		t.Fatalf("%d jumps logged, want 2: %+v", len(jumps), logs.All())
+	}
+	if f := jumps[0].ContextMap(); f["rtc_offset_was"] != time.Duration(0) || f["rtc_offset"] != 42*time.Second {
+		t.Errorf("first jump logged with %v, want the RTC offset from 0 to 42s", f)
+	}
+	if f := jumps[1].ContextMap(); f["boot_offset_was"] != time.Duration(0) || f["boot_offset"] != 10*time.Second {
+		t.Errorf("second jump logged with %v, want the boot offset from 0 to 10s", f)
 	}
 }
 
@@ -287,7 +350,7 @@ func TestLoadedMachineIsNotAClockJump(t *testing.T) {
 		t.Fatal("the test RTC is not read")
 	}
 	var fired atomic.Int32
-	d := watchClocks(clocks, time.Hour, func() { fired.Add(1) }) // checked by hand below
+	d := watchClocks(clocks, nil, time.Hour, func() { fired.Add(1) }) // checked by hand below
 	defer d.Close()
 	stall[0].Store(true)
 	stall[1].Store(true)

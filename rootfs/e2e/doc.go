@@ -18,4 +18,9 @@
 // -short skips them too. They boot one VM at a time: timings are logged
 // (and written as a markdown table to $RAYITO_E2E_TIMINGS if set), and
 // RAYITO_E2E_CONSOLE=1 logs every guest console, not only on failure.
+//
+// TestSoak (make soak) runs only with RAYITO_SOAK_CYCLES set: the resume
+// test's VM and streams through that many snapshot/restore cycles, with
+// the agent's footprint read in the guest every ten. It writes its report
+// to RAYITO_SOAK_REPORT as well.
 package e2e

@@ -30,28 +30,50 @@ while not os.path.exists(stop):
 print(f"done {i} {os.getpid()}", flush=True)
 `
 
-// writerPy creates ROOT/d<i%3>/sub/f<i> every 50 ms until STOP exists,
-// then prints "done COUNT PID".
+// writerPy creates ROOT/d<i%3>/sub/f<i> every INTERVAL seconds until STOP
+// exists, then prints "done COUNT PID". With KEEP > 0 it also removes the
+// file it made KEEP files earlier, so the tree stays small however long
+// it runs.
 const writerPy = `import os, sys, time
-root, stop = sys.argv[1], sys.argv[2]
+root, stop, every, keep = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+f = lambda i: os.path.join(root, f"d{i % 3}", "sub", f"f{i}")
 i = 0
 while not os.path.exists(stop):
-    open(os.path.join(root, f"d{i % 3}", "sub", f"f{i}"), "x").close()
+    open(f(i), "x").close()
+    if keep > 0 and i >= keep:
+        os.remove(f(i - keep))
     i += 1
-    time.sleep(0.05)
+    time.sleep(every)
 print(f"done {i} {os.getpid()}", flush=True)
 `
 
-// cellPy is the slow cell: it prints a line every 100 ms until the stop
-// file exists; the pid is the kernel's.
+// cellPy is the slow cell: it prints a line every %g seconds until the
+// stop file exists; the pid is the kernel's.
 const cellPy = `import os, time
 i = 0
-while not os.path.exists(` + "'" + stopFile + "'" + `):
+while not os.path.exists('%s'):
     print(f"cell {i} {os.getpid()}", flush=True)
     i += 1
-    time.sleep(0.1)
+    time.sleep(%g)
 print(f"done {i} {os.getpid()}", flush=True)
 `
+
+// pace is how fast the producers go and what the agent keeps of them.
+type pace struct {
+	tick, pty, write, cell float64 // seconds between two items
+	// keepFiles: the watch's writer removes each file this many files
+	// later (0: it keeps them all).
+	keepFiles int
+	// buffer is the retention of the command's and the terminal's output
+	// in bytes (0: the agent's default).
+	buffer int
+}
+
+// resumePace is the resume test's: a fast command, and no file removed.
+var resumePace = pace{tick: 0.01, pty: 0.05, write: 0.05, cell: 0.1}
+
+// every formats an interval for a producer's command line.
+func every(seconds float64) string { return strconv.FormatFloat(seconds, 'g', -1, 64) }
 
 // producer is one stream kept open across snapshots: what it received so
 // far, and how to check its end.
@@ -89,10 +111,11 @@ func readInto(r io.Reader, seq *sequence, done chan<- struct{}) {
 }
 
 // startTicker runs the ticker as a background command (exec).
-func startTicker(ctx context.Context, c *client.Client) (*producer, error) {
+func startTicker(ctx context.Context, c *client.Client, pc pace) (*producer, error) {
 	p, err := c.Exec(ctx, client.ExecOptions{
-		Argv: []string{"python3", "-u", "-c", tickerPy, "tick", stopFile, "0.01"},
-		Tag:  "e2e-ticker",
+		Argv:   []string{"python3", "-u", "-c", tickerPy, "tick", stopFile, every(pc.tick)},
+		Tag:    "e2e-ticker",
+		Buffer: pc.buffer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ticker: %w", err)
@@ -122,10 +145,10 @@ func startTicker(ctx context.Context, c *client.Client) (*producer, error) {
 }
 
 // startPTYTicker runs the ticker in a terminal.
-func startPTYTicker(ctx context.Context, c *client.Client) (*producer, error) {
+func startPTYTicker(ctx context.Context, c *client.Client, pc pace) (*producer, error) {
 	p, err := c.PTY(ctx, client.PTYOptions{
-		Argv: []string{"python3", "-u", "-c", tickerPy, "pty", stopFile, "0.05"},
-		Cols: 120, Rows: 40, Tag: "e2e-pty",
+		Argv: []string{"python3", "-u", "-c", tickerPy, "pty", stopFile, every(pc.pty)},
+		Cols: 120, Rows: 40, Tag: "e2e-pty", Buffer: pc.buffer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pty: %w", err)
@@ -150,7 +173,7 @@ func startPTYTicker(ctx context.Context, c *client.Client) (*producer, error) {
 // startWatch watches root recursively while a command creates files in
 // its subdirectories; every file must be reported created exactly once,
 // and the events' seqs must have no holes.
-func startWatch(ctx context.Context, c *client.Client, g guest, root string) (*producer, error) {
+func startWatch(ctx context.Context, c *client.Client, g guest, root string, pc pace) (*producer, error) {
 	if _, err := g.sh(ctx, `rm -rf "$1" && mkdir -p "$1/d0/sub" "$1/d1/sub" "$1/d2/sub"`, root); err != nil {
 		return nil, err
 	}
@@ -158,7 +181,10 @@ func startWatch(ctx context.Context, c *client.Client, g guest, root string) (*p
 	if err != nil {
 		return nil, fmt.Errorf("watch: %w", err)
 	}
-	writer, err := c.Exec(ctx, client.ExecOptions{Argv: []string{"python3", "-u", "-c", writerPy, root, stopFile}, Tag: "e2e-writer"})
+	writer, err := c.Exec(ctx, client.ExecOptions{
+		Argv: []string{"python3", "-u", "-c", writerPy, root, stopFile, every(pc.write), strconv.Itoa(pc.keepFiles)},
+		Tag:  "e2e-writer",
+	})
 	if err != nil {
 		return nil, fmt.Errorf("watch writer: %w", err)
 	}
@@ -168,7 +194,6 @@ func startWatch(ctx context.Context, c *client.Client, g guest, root string) (*p
 	var evErr error
 	go func() {
 		defer close(events)
-		var last uint64
 		for {
 			ev, err := w.Next(context.Background())
 			if errors.Is(err, io.EOF) {
@@ -183,10 +208,7 @@ func startWatch(ctx context.Context, c *client.Client, g guest, root string) (*p
 				evErr = err
 				return
 			}
-			if ev.Seq != last+1 {
-				seq.fail("event seq %d after %d", ev.Seq, last)
-			}
-			last = ev.Seq
+			seq.seqEvent(ev.Seq)
 			switch {
 			case ev.Op == "overflow":
 				seq.fail("overflow event %+v", ev)
@@ -233,9 +255,9 @@ func startWatch(ctx context.Context, c *client.Client, g guest, root string) (*p
 }
 
 // startCell runs the slow cell on kernel k.
-func startCell(ctx context.Context, k *client.Kernel, kernelPid int) (*producer, error) {
+func startCell(ctx context.Context, k *client.Kernel, kernelPid int, pc pace) (*producer, error) {
 	seq := newSequence("cell", kernelPid)
-	cell, err := k.Run(ctx, cellPy, client.ExecuteOptions{OnStdout: seq.feed, OnStderr: func(s string) { seq.fail("stderr %q", s) }})
+	cell, err := k.Run(ctx, fmt.Sprintf(cellPy, stopFile, pc.cell), client.ExecuteOptions{OnStdout: seq.feed, OnStderr: func(s string) { seq.fail("stderr %q", s) }})
 	if err != nil {
 		return nil, fmt.Errorf("cell: %w", err)
 	}

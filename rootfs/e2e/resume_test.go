@@ -38,88 +38,154 @@ const (
 // at the end that every line and event arrived exactly once from the
 // same processes.
 func TestResumeWithOpenStreams(t *testing.T) {
-	tv := vmConfig(t)
-	cur := bootHealthy(t, tv.cfg)
-	route := newHostRoute()
-	t.Cleanup(route.Close)
-	route.Set(hostAddr(t, cur))
-	gens := newGenWatch()
 	ctx, cancel := context.WithTimeout(context.Background(), streamsTimeout)
 	defer cancel()
-	c := dial(t, ctx, routeURL, tv.token, client.Options{
-		HTTPClient:       route.HTTPClient(),
+	r := startRig(t, ctx, "cycles", resumePace)
+	defer r.stop()
+	for i := uint64(1); i <= cycles; i++ {
+		res, ok := r.cycle(t, ctx, i)
+		if !ok {
+			t.FailNow()
+		}
+		if res.generation != i {
+			t.Errorf("restore %d: generation %d", i, res.generation)
+		}
+		timings.add(t, "restore to resume detected in the guest", res.detected)
+		timings.add(t, "restore to every stream reattached (client reconnected)", res.reattached)
+		timings.add(t, "restore to new output on every stream", res.output)
+	}
+	for _, line := range r.finish(t, ctx) {
+		t.Log(line)
+	}
+	h, err := r.c.Health(ctx)
+	if err != nil || h.ResumeGeneration != cycles || h.KernelStateLost {
+		t.Errorf("after %d cycles: health %+v, %v; want generation %d, no kernel state lost", cycles, h, err, cycles)
+	}
+
+	t.Run("idle", func(t *testing.T) { checkIdle(t, r.c) })
+}
+
+// rig is one VM with x = 42 in its default kernel and the four producers
+// streaming (a command, a terminal, a recursive watch and a cell on a
+// second kernel), and a client that reaches it only through the host's
+// stable address. The resume test and the soak put it through
+// snapshot/restore cycles.
+type rig struct {
+	tv        testVM
+	cur       *vm.VM // the VM running now
+	route     *hostRoute
+	gens      *genWatch
+	c         *client.Client
+	g         guest
+	def       *client.Kernel
+	pids      map[string]int // kernel id to pid
+	files     []guestFile
+	producers []*producer
+}
+
+// startRig boots the VM and starts everything; ctx bounds the producers'
+// calls. Defer stop.
+func startRig(t *testing.T, ctx context.Context, tag string, pc pace) *rig {
+	r := &rig{tv: vmConfig(t), route: newHostRoute(), gens: newGenWatch()}
+	r.cur = bootHealthy(t, r.tv.cfg)
+	t.Cleanup(r.route.Close)
+	r.route.Set(hostAddr(t, r.cur))
+	r.c = dial(t, ctx, routeURL, r.tv.token, client.Options{
+		HTTPClient:       r.route.HTTPClient(),
 		ReconnectTimeout: restoreTimeout + stoppedFor + time.Minute,
-		OnReconnect:      gens.reconnected,
+		OnReconnect:      r.gens.reconnected,
 	})
-	g := guest{c}
-	if _, err := g.run(ctx, "rm", "-f", stopFile); err != nil {
+	r.g = guest{r.c}
+	if _, err := r.g.run(ctx, "rm", "-f", stopFile); err != nil {
 		t.Fatal(err)
 	}
-	files := filesBeforeSnapshot("cycles")
-	for _, f := range files {
-		if err := g.WriteFile(ctx, f.path, f.data); err != nil {
+	r.files = filesBeforeSnapshot(tag)
+	for _, f := range r.files {
+		if err := r.g.WriteFile(ctx, f.path, f.data); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	// x = 42 in the default kernel; the slow cell runs on a second one so
 	// that "x" is not queued behind it.
-	def := c.DefaultKernel()
+	r.def = r.c.DefaultKernel()
 	started := time.Now()
-	if ex, err := def.Execute(ctx, "x = 42", client.ExecuteOptions{}); err != nil || ex.Status != cellOK {
+	if ex, err := r.def.Execute(ctx, "x = 42", client.ExecuteOptions{}); err != nil || ex.Status != cellOK {
 		t.Fatalf("x = 42: %+v, %v", ex, err)
 	}
 	timings.add(t, "first cell (starts the default kernel)", time.Since(started))
 	started = time.Now()
-	slow, err := c.StartKernel(ctx, client.KernelOptions{})
+	slow, err := r.c.StartKernel(ctx, client.KernelOptions{})
 	if err != nil {
 		t.Fatalf("start a second kernel: %v", err)
 	}
 	timings.add(t, "kernel_start of a second kernel", time.Since(started))
-	pids := kernelPids(t, ctx, c)
+	r.pids = kernelPids(t, ctx, r.c)
 
-	var producers []*producer
 	for _, start := range []func() (*producer, error){
-		func() (*producer, error) { return startTicker(ctx, c) },
-		func() (*producer, error) { return startPTYTicker(ctx, c) },
-		func() (*producer, error) { return startWatch(ctx, c, g, "/home/user/watched") },
-		func() (*producer, error) { return startCell(ctx, slow, pids[slow.ID()]) },
+		func() (*producer, error) { return startTicker(ctx, r.c, pc) },
+		func() (*producer, error) { return startPTYTicker(ctx, r.c, pc) },
+		func() (*producer, error) { return startWatch(ctx, r.c, r.g, "/home/user/watched", pc) },
+		func() (*producer, error) { return startCell(ctx, slow, r.pids[slow.ID()], pc) },
 	} {
 		p, err := start()
 		if err != nil {
 			t.Fatal(err)
 		}
-		producers = append(producers, p)
+		r.producers = append(r.producers, p)
 	}
-	defer func() {
-		// Stop the producers even if the test failed half-way.
-		sctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		defer cancel()
-		_, _ = g.run(sctx, "touch", stopFile)
-	}()
+	return r
+}
 
-	for i := uint64(1); i <= cycles; i++ {
-		owner, restored := t, false
-		t.Run(fmt.Sprintf("cycle%d", i), func(t *testing.T) {
-			cur = resumeCycle(t, owner, tv, cur, route, gens, c, producers, pids, i)
-			restored = true
-		})
-		if !restored {
-			t.FailNow()
-		}
-		g.checkFiles(t, ctx, files)
-		ex, err := def.Execute(ctx, "x", client.ExecuteOptions{})
-		if err != nil || ex.Text() != "42" {
-			t.Errorf("x after restore %d: %+v, %v; want 42", i, ex, err)
-		}
+// cycleResult is what one snapshot/restore cycle saw and measured (the
+// durations from the start of the restore).
+type cycleResult struct {
+	// before is the agent's generation before the snapshot, generation
+	// the one it reported after the restore and the host's call for it.
+	before, generation uint64
+	detected           time.Duration // the agent reported a new generation
+	reattached         time.Duration // the client had every handle reattached
+	output             time.Duration // every stream delivered new items
+	// kernelStateLost is what /health said once the resume was detected.
+	kernelStateLost bool
+}
+
+// cycle runs snapshot/restore cycle n in a subtest (see resumeCycle),
+// then checks the files and the kernel's x. ok is false if the VM could
+// not be restored, after which the rig is unusable.
+func (r *rig) cycle(t *testing.T, ctx context.Context, n uint64) (res cycleResult, ok bool) {
+	t.Run(fmt.Sprintf("cycle%d", n), func(st *testing.T) {
+		res = r.resumeCycle(st, t)
+		ok = true
+	})
+	if !ok {
+		return res, false
 	}
+	r.g.checkFiles(t, ctx, r.files)
+	ex, err := r.def.Execute(ctx, "x", client.ExecuteOptions{})
+	if err != nil || ex.Text() != "42" {
+		t.Errorf("x after restore %d: %+v, %v; want 42", n, ex, err)
+	}
+	return res, true
+}
 
-	// Every line and event exactly once, from the processes that started
-	// before the first snapshot.
-	if _, err := g.run(ctx, "touch", stopFile); err != nil {
+// stop stops the producers even if the test failed half-way (while the
+// VM still runs).
+func (r *rig) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	_, _ = r.g.run(ctx, "touch", stopFile)
+}
+
+// finish stops the producers and checks that every line and event
+// arrived exactly once, from the processes that started before the first
+// snapshot. It returns a line per producer saying what it counted.
+func (r *rig) finish(t *testing.T, ctx context.Context) []string {
+	if _, err := r.g.run(ctx, "touch", stopFile); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range producers {
+	var lines []string
+	for _, p := range r.producers {
 		if err := p.finish(ctx); err != nil {
 			t.Errorf("%s: %v", p.name, err)
 		}
@@ -127,27 +193,29 @@ func TestResumeWithOpenStreams(t *testing.T) {
 			t.Errorf("%s: %v", p.name, err)
 		}
 		desc, problems := p.seq.result()
-		t.Logf("%s: %s", p.name, desc)
+		lines = append(lines, p.name+": "+desc)
 		for _, pr := range problems {
 			t.Errorf("%s: %s", p.name, pr)
 		}
 	}
-	h, err := c.Health(ctx)
-	if err != nil || h.ResumeGeneration != cycles || h.KernelStateLost {
-		t.Errorf("after %d cycles: health %+v, %v; want generation %d, no kernel state lost", cycles, h, err, cycles)
-	}
-
-	t.Run("idle", func(t *testing.T) { checkIdle(t, c) })
+	return lines
 }
 
-// resumeCycle snapshots cur with the streams flowing, keeps it stopped,
-// restores it on another port and checks that everything picked up. It
-// returns the restored VM, which owner's end closes.
-func resumeCycle(t, owner *testing.T, tv testVM, cur *vm.VM, route *hostRoute, gens *genWatch, c *client.Client,
-	producers []*producer, pids map[string]int, gen uint64) *vm.VM {
+// resumeCycle snapshots the VM with the streams flowing, keeps it
+// stopped, restores it on another port and checks that everything picked
+// up: the restore must bump the generation by exactly one. The restored
+// VM becomes r.cur; owner's end closes it.
+func (r *rig) resumeCycle(t, owner *testing.T) cycleResult {
 	ctx := opContext(t)
+	var res cycleResult
+	h0, err := r.c.Health(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.before = h0.ResumeGeneration
+	gen := res.before + 1
 	before := map[string]int{}
-	for _, p := range producers {
+	for _, p := range r.producers {
 		n := p.seq.count()
 		if err := p.seq.waitFor(ctx, n+progress); err != nil {
 			t.Fatalf("before the snapshot: %v", err)
@@ -156,30 +224,38 @@ func resumeCycle(t, owner *testing.T, tv testVM, cur *vm.VM, route *hostRoute, g
 	}
 
 	snapDir := t.TempDir()
-	stopped := snapshot(t, cur, snapDir)
-	route.Down()
-	if err := cur.Close(); err != nil {
+	stopped := snapshot(t, r.cur, snapDir)
+	r.route.Down()
+	if err := r.cur.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if wait := time.Until(stopped.Add(stoppedFor)); wait > 0 {
 		time.Sleep(wait)
 	}
-	next, restored := restoreHealthy(t, owner, tv.cfg, snapDir)
+	next, restored := restoreHealthy(t, owner, r.tv.cfg, snapDir)
+	r.cur = next
 
 	// The agent notices the restore by itself: generation gen before any
 	// host call or client connection reaches the VM (the route opens only
 	// then, so the client reconnects once, after the resume was
 	// published). Then the host's call for the same restore, and a retry
 	// of it, are folded into it.
-	h := waitGeneration(t, ctx, next.AgentURL(), nil, gen)
-	timings.add(t, "restore to resume detected in the guest", time.Since(restored))
-	route.Set(hostAddr(t, next))
+	h, err := awaitGeneration(ctx, next.AgentURL(), nil, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.ResumeGeneration != gen {
+		t.Errorf("the restore took the generation from %d to %d: %+v", res.before, h.ResumeGeneration, h)
+	}
+	res.detected = time.Since(restored)
+	res.kernelStateLost = h.KernelStateLost
+	r.route.Set(hostAddr(t, next))
 	if h.KernelStateLost {
 		t.Errorf("kernel_state_lost after restore %d: %+v", gen, h)
 	}
 	id := fmt.Sprintf("e2e-restore-%d", gen)
 	for attempt := 1; attempt <= 2; attempt++ {
-		hh, err := c.Resume(ctx, client.ResumeOptions{ResumeID: id, TimeUnixNs: time.Now().UnixNano()})
+		hh, err := r.c.Resume(ctx, client.ResumeOptions{ResumeID: id, TimeUnixNs: time.Now().UnixNano()})
 		if err != nil || hh.ResumeGeneration != gen {
 			t.Errorf("POST /v1/resume %s (attempt %d) for the restore the guest detected: generation %d, %v; want %d",
 				id, attempt, hh.ResumeGeneration, err, gen)
@@ -187,7 +263,10 @@ func resumeCycle(t, owner *testing.T, tv testVM, cur *vm.VM, route *hostRoute, g
 	}
 	// The host's call waited for the detected resume to finish, so
 	// last_resume is complete now.
-	h, err := c.Health(ctx)
+	h, err = r.c.Health(ctx)
+	if err == nil {
+		res.generation = h.ResumeGeneration
+	}
 	switch {
 	case err != nil:
 		t.Fatal(err)
@@ -199,21 +278,21 @@ func resumeCycle(t, owner *testing.T, tv testVM, cur *vm.VM, route *hostRoute, g
 		t.Logf("restore %d detected in the guest by %s; the resume sequence took %d ms", gen, h.LastResume.Source, h.LastResume.DurationMs)
 	}
 
-	at, err := gens.wait(ctx, gen)
+	at, err := r.gens.wait(ctx, res.generation)
 	if err != nil {
-		t.Fatalf("the client did not reconnect at generation %d: %v", gen, err)
+		t.Fatalf("the client did not reconnect at generation %d: %v", res.generation, err)
 	}
-	timings.add(t, "restore to every stream reattached (client reconnected)", at.Sub(restored))
-	for _, p := range producers {
+	res.reattached = at.Sub(restored)
+	for _, p := range r.producers {
 		if err := p.seq.waitFor(ctx, before[p.name]+progress); err != nil {
 			t.Errorf("after restore %d: %v", gen, err)
 		}
 	}
-	timings.add(t, "restore to new output on every stream", time.Since(restored))
+	res.output = time.Since(restored)
 
 	// The same processes go on.
-	for _, p := range producers {
-		list, err := c.List(ctx, p.kind)
+	for _, p := range r.producers {
+		list, err := r.c.List(ctx, p.kind)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,12 +309,12 @@ func resumeCycle(t, owner *testing.T, tv testVM, cur *vm.VM, route *hostRoute, g
 			t.Errorf("%s stream %d missing after restore %d", p.name, p.stream, gen)
 		}
 	}
-	for id, pid := range kernelPids(t, ctx, c) {
-		if want, ok := pids[id]; ok && want != pid {
+	for id, pid := range kernelPids(t, ctx, r.c) {
+		if want, ok := r.pids[id]; ok && want != pid {
 			t.Errorf("kernel %s pid %d after restore %d, want %d", id, pid, gen, want)
 		}
 	}
-	return next
+	return res
 }
 
 // hostAddr is the host:port of v's forwarded agent port.
@@ -269,6 +348,7 @@ func kernelPids(t *testing.T, ctx context.Context, c *client.Client) map[string]
 type genWatch struct {
 	mu      sync.Mutex
 	at      map[uint64]time.Time
+	all     []uint64 // the generation of every reconnect, in order
 	changed chan struct{}
 }
 
@@ -282,6 +362,7 @@ func (w *genWatch) reconnected(gen uint64) {
 	if _, ok := w.at[gen]; !ok {
 		w.at[gen] = time.Now()
 	}
+	w.all = append(w.all, gen)
 	close(w.changed)
 	w.changed = make(chan struct{})
 }
@@ -307,4 +388,11 @@ func (w *genWatch) wait(ctx context.Context, gen uint64) (time.Time, error) {
 			return time.Time{}, fmt.Errorf("reconnects seen at generations [%s]: %w", strings.Join(seen, " "), ctx.Err())
 		}
 	}
+}
+
+// reconnects returns the generation of every reconnect so far, in order.
+func (w *genWatch) reconnects() []uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]uint64(nil), w.all...)
 }

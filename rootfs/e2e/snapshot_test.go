@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -127,7 +128,8 @@ func restoreHealthy(t, owner *testing.T, cfg vm.Config, snap string) (*vm.VM, ti
 		t.Fatalf("restore: %v", err)
 	}
 	owner.Cleanup(func() { v.Close() })
-	logConsoleOnFailure(owner, v)
+	// On t, not owner: a cycle's VM is closed by the next one.
+	logConsoleOnFailure(t, v)
 	running := time.Since(started)
 	if err := v.WaitHealthy(ctx); err != nil {
 		t.Fatalf("restore: %v", err)
@@ -144,19 +146,29 @@ func restoreHealthy(t, owner *testing.T, cfg vm.Config, snap string) (*vm.VM, ti
 // by that resume: the agent cuts those opened before it published gen.
 func waitGeneration(t *testing.T, ctx context.Context, url string, hc *http.Client, gen uint64) client.Health {
 	t.Helper()
+	h, err := awaitGeneration(ctx, url, hc, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.ResumeGeneration != gen {
+		t.Fatalf("resume generation %d, want %d: %+v", h.ResumeGeneration, gen, h)
+	}
+	return h
+}
+
+// awaitGeneration returns the health once the agent reports generation
+// gen or later.
+func awaitGeneration(ctx context.Context, url string, hc *http.Client, gen uint64) (client.Health, error) {
 	var h client.Health
 	var err error
 	for {
 		h, err = client.GetHealth(ctx, url, hc)
 		if err == nil && h.ResumeGeneration >= gen {
-			if h.ResumeGeneration != gen {
-				t.Fatalf("resume generation %d, want %d: %+v", h.ResumeGeneration, gen, h)
-			}
-			return h
+			return h, nil
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("the agent did not report resume generation %d by itself: last health %+v, %v", gen, h, err)
+			return h, fmt.Errorf("the agent did not report resume generation %d by itself: last health %+v, %v", gen, h, err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

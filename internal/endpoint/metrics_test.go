@@ -1,0 +1,58 @@
+package endpoint
+
+import (
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// metric reads one unlabelled value from /metrics.
+func (a *testAgent) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	status, body := a.get(t, "/metrics")
+	if status != 200 {
+		t.Fatalf("/metrics: %d", status)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %q", name, line)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s in /metrics:\n%s", name, body)
+	return 0
+}
+
+// /metrics says how much the streams retain for clients and how large
+// the live heap is: a soak tells a leak from retention with them.
+func TestMetricsMemory(t *testing.T) {
+	a := newTestAgent(t)
+	rc := a.dial(t)
+	before := a.metric(t, "rayito_stream_retained_bytes")
+	const printed = 100000
+	stream := resultStream(t, rc.call(map[string]any{"op": "exec", "argv": []string{"head", "-c", strconv.Itoa(printed), "/dev/zero"}}))
+	if out, end := rc.collect(stream); len(out["stdout"]) != printed || end["exit_code"] != 0.0 {
+		t.Fatalf("exec: %d bytes, end %v", len(out["stdout"]), end)
+	}
+	// The ended stream keeps its output for later attaches, in chunks
+	// that grew four times at a step up to 256 KiB (4+16+64+256 KiB for
+	// 100,000 bytes) and stderr's first 4 KiB chunk.
+	const chunked = (4 + 16 + 64 + 256 + 4) << 10
+	if got := a.metric(t, "rayito_stream_retained_bytes"); got < before+printed || got > before+chunked {
+		t.Errorf("retained %.0f bytes after a command printed %d, %.0f before", got, printed, before)
+	}
+
+	// The live heap is the whole test binary's, which other tests share:
+	// it holds at least what this test keeps reachable.
+	const held = 64 << 20
+	keep := make([]byte, held)
+	runtime.GC()
+	if got := a.metric(t, "go_gc_heap_live_bytes"); got < held {
+		t.Errorf("live heap %.0f bytes while %d are held", got, held)
+	}
+	runtime.KeepAlive(keep)
+}
