@@ -189,7 +189,8 @@ func TestEndedStreamsExpireOldestFirst(t *testing.T) {
 	for _, i := range []int{5, 1, 3, 0, 4} { // ended in this order
 		ss[i].Finish(exitEnd(0))
 	}
-	// Ended: 6 (attached), 2, 4, 1, 5 → over by two: 2 and 4 expire.
+	// Ended: ss[5] (attached), ss[1], ss[3], ss[0], ss[4] → over by two:
+	// ss[1] and ss[3] expire.
 	for i, want := range []bool{true, false, true, false, true, true} {
 		if got := r.Get(ss[i].ID) != nil; got != want {
 			t.Fatalf("stream %d kept %v, want %v", ss[i].ID, got, want)
@@ -204,7 +205,7 @@ func TestEndedStreamsExpireOldestFirst(t *testing.T) {
 		t.Fatalf("Expired() = %d, want 2", r.Expired())
 	}
 	held.Close()
-	ss[2].Finish(exitEnd(0)) // one more: the oldest idle one is 6, now detached
+	ss[2].Finish(exitEnd(0)) // one more: the oldest idle one is ss[5], now detached
 	if r.Get(id(5)) != nil || r.Get(id(0)) == nil || r.Get(id(2)) == nil {
 		t.Fatal("after its detach the oldest ended stream should expire first")
 	}
