@@ -26,6 +26,7 @@ var image tokenImage
 func TestMain(m *testing.M) {
 	code := m.Run()
 	image.cleanup()
+	soakImage.cleanup()
 	timings.writeIfAsked()
 	os.Exit(code)
 }
@@ -63,6 +64,12 @@ type testVM struct {
 // RAYITO_E2E=1).
 func vmConfig(t *testing.T) testVM {
 	t.Helper()
+	return vmConfigOf(t, &image)
+}
+
+// vmConfigOf is vmConfig with the image provisioned as ti says.
+func vmConfigOf(t *testing.T, ti *tokenImage) testVM {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end VM test (-short)")
 	}
@@ -76,7 +83,7 @@ func vmConfig(t *testing.T) testVM {
 		}
 	}
 	started := time.Now()
-	img, token, err := image.prepare(cfg.Image)
+	img, token, err := ti.prepare(cfg.Image)
 	if err != nil {
 		t.Fatalf("provision the image with a token: %v", err)
 	}

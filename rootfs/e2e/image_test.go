@@ -19,6 +19,9 @@ const guestEnvFile = "/etc/rayito-agent.env"
 // environment file, as an image builder or host would provision it. The
 // copy is made once per test binary; the built image is never written.
 type tokenImage struct {
+	// env is more KEY=VALUE lines for the agent's environment file.
+	env []string
+
 	once  sync.Once
 	dir   string
 	path  string
@@ -29,8 +32,8 @@ type tokenImage struct {
 // tcgKernelCheck is the agent's --kernel-check-timeout in the test VMs.
 const tcgKernelCheck = "10s"
 
-// prepare copies src (sparse) and appends RAYITO_ACCESS_TOKEN (and the
-// kernel check bound) to the copy's environment file with debugfs, so both
+// prepare copies src (sparse) and appends RAYITO_ACCESS_TOKEN (the
+// kernel check bound and ti.env) to the copy's environment file with debugfs, so both
 // init integrations pass them on.
 func (ti *tokenImage) prepare(src string) (path, token string, err error) {
 	ti.once.Do(func() {
@@ -66,6 +69,9 @@ func (ti *tokenImage) build(src string) error {
 	// for emulated VMs, so a slow kernel is not reported lost.
 	body := string(old) + "\n# Added by the end-to-end tests.\nRAYITO_ACCESS_TOKEN=" + ti.token +
 		"\nRAYITO_KERNEL_CHECK_TIMEOUT=" + tcgKernelCheck + "\n"
+	for _, kv := range ti.env {
+		body += kv + "\n"
+	}
 	if err := os.WriteFile(env, []byte(body), 0o600); err != nil {
 		return err
 	}

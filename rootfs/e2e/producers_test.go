@@ -67,6 +67,8 @@ type pace struct {
 	// buffer is the retention of the command's and the terminal's output
 	// in bytes (0: the agent's default).
 	buffer int
+	// image is the image to boot (nil: the one every test shares).
+	image *tokenImage
 }
 
 // resumePace is the resume test's: a fast command, and no file removed.

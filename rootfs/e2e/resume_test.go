@@ -86,7 +86,11 @@ type rig struct {
 // startRig boots the VM and starts everything; ctx bounds the producers'
 // calls. Defer stop.
 func startRig(t *testing.T, ctx context.Context, tag string, pc pace) *rig {
-	r := &rig{tv: vmConfig(t), route: newHostRoute(), gens: newGenWatch()}
+	img := pc.image
+	if img == nil {
+		img = &image
+	}
+	r := &rig{tv: vmConfigOf(t, img), route: newHostRoute(), gens: newGenWatch()}
 	r.cur = bootHealthy(t, r.tv.cfg)
 	t.Cleanup(r.route.Close)
 	r.route.Set(hostAddr(t, r.cur))
