@@ -344,10 +344,16 @@ func TestPTYBadInput(t *testing.T) {
 		}
 	}
 
-	p, err := c.PTY(ctx, client.PTYOptions{Argv: []string{"sleep", "100"}})
+	// A terminal in canonical mode takes keystrokes beyond a full line
+	// buffer and discards them (Linux's n_tty), so a program that never
+	// reads would still drain its input at the kernel's pace. In raw mode
+	// the kernel stops taking input once its buffers are full.
+	p, err := c.PTY(ctx, client.PTYOptions{Argv: []string{"sh", "-c", "stty raw -echo && echo ready && exec sleep 100"}})
 	must(t, err)
-	// The terminal echoes what is typed; output nobody reads would hold
-	// back the end beyond the window.
+	if err := readUntil(p.Output(), "ready\n"); err != nil { // raw: no CR
+		t.Fatal(err)
+	}
+	// Output nobody reads would hold back the end beyond the window.
 	go io.Copy(io.Discard, p.Output())
 	for _, size := range [][2]int{{0, 0}, {70000, 24}, {80, 10001}} {
 		if err := p.Resize(ctx, size[0], size[1]); !client.HasCode(err, client.CodeBadRequest) {

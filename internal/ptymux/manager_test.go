@@ -117,11 +117,13 @@ func TestManyPTYsNoLeak(t *testing.T) {
 		tm.a.Close()
 	}
 
+	// Fewer descriptors after is not a leak: the test process's own
+	// (the race detector's, a finished test's) may close meanwhile.
 	deadline := time.Now().Add(waitLong)
-	for openFDs(t) != before && time.Now().Before(deadline) {
+	for openFDs(t) > before && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if after := openFDs(t); after != before {
+	if after := openFDs(t); after > before {
 		t.Fatalf("%d descriptors open before 50 PTYs, %d after", before, after)
 	}
 	if stacks := settlePTYGoroutines(); stacks != "" {
