@@ -22,7 +22,11 @@ func holds(t *testing.T, c *client.Client) []client.HoldInfo {
 // the release get the agent's errors.
 func TestHoldHandle(t *testing.T) {
 	a := newAgent(t)
-	c := a.dial(t, client.Options{})
+	// The resume below cuts c's connection too: c's release must wait for
+	// its reconnect, since a release that a cut leaves unanswered is not
+	// repeated (it may have been done).
+	cReconnected := make(chan uint64, 1)
+	c := a.dial(t, client.Options{OnReconnect: func(gen uint64) { cReconnected <- gen }})
 	ctx := ctxLong(t)
 	h, err := c.Hold(ctx, time.Minute)
 	if err != nil {
@@ -62,6 +66,11 @@ func TestHoldHandle(t *testing.T) {
 	if err := h2.Renew(ctx, time.Minute); !client.HasCode(err, client.CodeNotFound) {
 		t.Fatalf("renewing a released hold: %v", err)
 	}
+	select {
+	case <-cReconnected:
+	case <-time.After(waitLong):
+		t.Fatal("the first client did not reconnect after the resume")
+	}
 	if err := c.ReleaseHold(ctx, h.ID()); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +88,11 @@ func TestHoldHandle(t *testing.T) {
 // and that ends with the stream.
 func TestKeepAwakeOptions(t *testing.T) {
 	a := newAgent(t)
-	c := a.dial(t, client.Options{})
+	// The resume below cuts c's connection too: c's release must wait for
+	// its reconnect, since a release that a cut leaves unanswered is not
+	// repeated (it may have been done).
+	cReconnected := make(chan uint64, 1)
+	c := a.dial(t, client.Options{OnReconnect: func(gen uint64) { cReconnected <- gen }})
 	ctx := ctxLong(t)
 	plain, err := c.Exec(ctx, client.ExecOptions{Argv: []string{"true"}})
 	if err != nil || plain.Hold() != "" {

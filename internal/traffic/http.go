@@ -8,7 +8,10 @@ import (
 // CountHTTP counts the bytes of request and response bodies of h as
 // traffic, for surfaces that move data over plain HTTP (file transfers,
 // streamed RPCs) rather than over the websocket. Headers are not counted,
-// like websocket framing is not.
+// like websocket framing is not. Response bytes are counted as they are
+// handed to the connection, before the write: a client that has them
+// finds them counted (a write that fails counts bytes it did not send,
+// which only keeps the sandbox awake a moment longer).
 func CountHTTP(c *Counter, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil && r.Body != http.NoBody {
@@ -37,9 +40,8 @@ type countedWriter struct {
 }
 
 func (w *countedWriter) Write(p []byte) (int, error) {
-	n, err := w.ResponseWriter.Write(p)
-	w.c.Out(n)
-	return n, err
+	w.c.Out(len(p))
+	return w.ResponseWriter.Write(p)
 }
 
 // countChunk is how much of a ReadFrom is counted at once: a long
@@ -65,9 +67,14 @@ func (w *countedWriter) ReadFrom(r io.Reader) (int64, error) {
 		if limit > 0 {
 			want = min(want, limit)
 		}
+		if limit > 0 {
+			w.c.Out(int(want)) // known: count it before sendfile sends it
+		}
 		n, err := rf.ReadFrom(&io.LimitedReader{R: src, N: want})
 		total += n
-		w.c.Out(int(n))
+		if limit < 0 {
+			w.c.Out(int(n))
+		}
 		if limit > 0 {
 			limit -= n
 			r.(*io.LimitedReader).N = limit
