@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rayito/rayito-agent/internal/files/filestest"
 )
 
 // fileRequest makes an authorized request to /v1/files.
@@ -250,5 +252,39 @@ func TestFilesHTTPErrors(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Fatalf("refused uploads left %v", entries)
+	}
+}
+
+// A client that goes away in the middle of its upload body leaves every
+// target as it was and no temporary file behind.
+func TestFilesHTTPBrokenBody(t *testing.T) {
+	a := newTestAgent(t)
+	addr := strings.TrimPrefix(a.http.URL, "http://")
+	big := bytes.Repeat([]byte("new content "), 200000)
+	cases := []struct {
+		name   string
+		upload func(dir string) (head string, body []byte)
+	}{
+		{"PUT", func(dir string) (string, []byte) {
+			return "PUT /v1/files?path=" + url.QueryEscape(filepath.Join(dir, "a.txt")) + " HTTP/1.1\nHost: agent\n" +
+				"Authorization: Bearer " + testToken + "\n", big
+		}},
+		{"POST", func(dir string) (string, []byte) {
+			var body bytes.Buffer
+			mw := multipart.NewWriter(&body)
+			for _, p := range []struct {
+				name    string
+				content []byte
+			}{{"a.txt", []byte("small")}, {"b.txt", big}} {
+				w, _ := mw.CreateFormFile("file", p.name)
+				w.Write(p.content)
+			}
+			mw.Close()
+			return "POST /v1/files?path=" + url.QueryEscape(dir) + " HTTP/1.1\nHost: agent\n" +
+				"Authorization: Bearer " + testToken + "\nContent-Type: " + mw.FormDataContentType() + "\n", body.Bytes()
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { filestest.BrokenUpload(t, addr, c.upload) })
 	}
 }

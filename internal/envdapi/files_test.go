@@ -21,6 +21,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/filesystem"
+	"github.com/rayito/rayito-agent/internal/files/filestest"
 )
 
 // filesCall sends one /files request with the token and returns the
@@ -354,4 +355,30 @@ func TestFilesUploadMetadata(t *testing.T) {
 		"X-Metadata-"+strings.Repeat("k", 300), "v")
 	wantFilesError(t, "long key", status, raw, 400, "metadata key")
 	wantContent(t, f, "y")
+}
+
+// A client that goes away in the middle of its upload body leaves every
+// target as it was and no temporary file behind.
+func TestFilesUploadBrokenBody(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, agentOptions{})
+	addr := strings.TrimPrefix(a.url, "http://")
+	big := bytes.Repeat([]byte("new content "), 200000)
+	cases := []struct {
+		name   string
+		upload func(dir string) (head string, body []byte)
+	}{
+		{"octet-stream", func(dir string) (string, []byte) {
+			return "POST /files?path=" + url.QueryEscape(filepath.Join(dir, "a.txt")) + " HTTP/1.1\nHost: agent\n" +
+				"X-Access-Token: " + nativeToken + "\nContent-Type: application/octet-stream\n", big
+		}},
+		{"multipart", func(dir string) (string, []byte) {
+			ctype, body := multipartBody(t, [3]string{"file", filepath.Join(dir, "a.txt"), "small"},
+				[3]string{"file", filepath.Join(dir, "b.txt"), string(big)})
+			return "POST /files HTTP/1.1\nHost: agent\nX-Access-Token: " + nativeToken + "\nContent-Type: " + ctype + "\n", body.Bytes()
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { filestest.BrokenUpload(t, addr, c.upload) })
+	}
 }
