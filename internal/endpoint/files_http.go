@@ -231,8 +231,8 @@ func receiveBody(fw *files.Writer, body io.Reader) error {
 
 // handleFilePost writes each file part of a multipart body to the path its
 // filename names (relative to ?path= when given). Every file is staged
-// first; they are committed once the whole body arrived, so a failure
-// changes none of them.
+// first; they are committed together (files.Batch) once the whole body
+// arrived, so a failure changes none of them.
 func (s *Server) handleFilePost(w http.ResponseWriter, r *http.Request) {
 	if !s.filesReady(w) {
 		return
@@ -251,12 +251,8 @@ func (s *Server) handleFilePost(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "POST /v1/files takes multipart/form-data: %v", err))
 		return
 	}
-	var staged []*files.Writer
-	defer func() {
-		for _, fw := range staged {
-			fw.Abort() // does nothing to a committed file
-		}
-	}()
+	var staged files.Batch
+	defer staged.Abort()
 	for n := 1; ; n++ {
 		part, err := mr.NextPart()
 		if err == io.EOF {
@@ -284,20 +280,23 @@ func (s *Server) handleFilePost(w http.ResponseWriter, r *http.Request) {
 			writeFileError(w, err)
 			return
 		}
-		staged = append(staged, fw)
+		if err := staged.Add(fw); err != nil {
+			writeFileError(w, err)
+			return
+		}
 		if err := receiveBody(fw, part); err != nil {
 			writeFileError(w, err)
 			return
 		}
 	}
-	out := make([]fileWritten, 0, len(staged))
+	committed, err := staged.Commit()
+	if err != nil {
+		writeFileError(w, err)
+		return
+	}
+	out := make([]fileWritten, 0, len(committed))
 	status := http.StatusOK
-	for _, fw := range staged {
-		c, err := fw.Commit()
-		if err != nil {
-			writeFileError(w, err)
-			return
-		}
+	for _, c := range committed {
 		if c.Created {
 			status = http.StatusCreated
 		}

@@ -288,3 +288,38 @@ func TestFilesHTTPBrokenBody(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { filestest.BrokenUpload(t, addr, c.upload) })
 	}
 }
+
+// A multipart upload commits all its files or none: a target that breaks
+// its part's options between the staging and the commit (exclusive, and
+// another process made the file) leaves the others unwritten too.
+func TestFilesHTTPMultipartAllOrNone(t *testing.T) {
+	a := newTestAgent(t)
+	dir := t.TempDir()
+	req, _ := http.NewRequest("POST", a.http.URL+"/v1/files?"+url.Values{"path": {dir}, "exclusive": {"true"}}.Encode(), nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	status, b := filestest.RaceUpload(t, req, dir, []string{"a.txt", "b.txt", "c.txt"}, func() {
+		os.WriteFile(filepath.Join(dir, "b.txt"), []byte("theirs"), 0o644)
+	})
+	if status != 409 || httpErrorCode(b) != "conflict" || !strings.Contains(string(b), "b.txt") {
+		t.Fatalf("exclusive upload onto a file made meanwhile: %d %s", status, b)
+	}
+	entries, _ := os.ReadDir(dir)
+	if got, _ := os.ReadFile(filepath.Join(dir, "b.txt")); len(entries) != 1 || string(got) != "theirs" {
+		t.Fatalf("a failed upload left %v, b.txt %q", entries, got)
+	}
+
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	for _, content := range []string{"one", "two"} {
+		part, _ := mw.CreateFormFile("file", "twice.txt")
+		io.WriteString(part, content)
+	}
+	mw.Close()
+	resp, b := a.fileRequest(t, "POST", url.Values{"path": {dir}}, &body, "Content-Type", mw.FormDataContentType())
+	if resp.StatusCode != 400 || httpErrorCode(b) != "bad_request" || !strings.Contains(string(b), "two files") {
+		t.Fatalf("two parts for one target: %d %s", resp.StatusCode, b)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("a refused upload left %v", entries)
+	}
+}

@@ -147,7 +147,7 @@ type uploader struct {
 	s        *Server
 	user     string
 	metadata map[string]string
-	writers  []*files.Writer
+	staged   files.Batch
 }
 
 // multipart stages every part named "file"; other form fields are
@@ -179,20 +179,16 @@ func (u *uploader) multipart(path string, mr *multipart.Reader) error {
 
 // file stages one file with the content r yields.
 func (u *uploader) file(path string, r io.Reader) error {
-	if len(u.writers) == maxUploadParts {
+	if u.staged.Len() == maxUploadParts {
 		return &statusError{http.StatusBadRequest, fmt.Errorf("more than %d files in one upload", maxUploadParts)}
 	}
 	fw, err := u.s.cfg.Files.Create(u.user, path, files.WriteOptions{Parents: true, Metadata: u.metadata})
 	if err != nil {
 		return err
 	}
-	for _, other := range u.writers {
-		if other.Path() == fw.Path() {
-			fw.Abort()
-			return &statusError{http.StatusBadRequest, fmt.Errorf("two files of the upload go to %s", fw.Path())}
-		}
+	if err := u.staged.Add(fw); err != nil {
+		return err
 	}
-	u.writers = append(u.writers, fw)
 	if _, err := io.Copy(fw, r); err != nil {
 		var fe *files.Error
 		if errors.As(err, &fe) {
@@ -203,25 +199,21 @@ func (u *uploader) file(path string, r io.Reader) error {
 	return nil
 }
 
-// commit puts every staged file in place.
+// commit puts every staged file in place, all or none (see files.Batch).
 func (u *uploader) commit() ([]writtenFile, error) {
-	out := make([]writtenFile, 0, len(u.writers))
-	for _, fw := range u.writers {
-		c, err := fw.Commit()
-		if err != nil {
-			return nil, err
-		}
+	committed, err := u.staged.Commit()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]writtenFile, 0, len(committed))
+	for _, c := range committed {
 		out = append(out, writtenFile{Name: filepath.Base(c.Path), Path: c.Path, Type: "file", Metadata: u.metadata})
 	}
 	return out, nil
 }
 
 // abort drops whatever was not committed.
-func (u *uploader) abort() {
-	for _, fw := range u.writers {
-		fw.Abort() // does nothing to a committed file
-	}
-}
+func (u *uploader) abort() { u.staged.Abort() }
 
 // partFilename is a part's filename as sent: multipart.Part.FileName keeps
 // only its last element, and here it is a path.

@@ -382,3 +382,24 @@ func TestFilesUploadBrokenBody(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { filestest.BrokenUpload(t, addr, c.upload) })
 	}
 }
+
+// A multipart upload commits all its files or none: a target that becomes
+// a directory between the staging and the commit leaves the others
+// unwritten too.
+func TestFilesUploadAllOrNone(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, agentOptions{})
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "a.txt"), "old a.txt")
+	req, _ := http.NewRequest("POST", a.url+"/files", nil)
+	req.Header.Set("X-Access-Token", nativeToken)
+	names := []string{filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt"), filepath.Join(dir, "c.txt")}
+	status, raw := filestest.RaceUpload(t, req, dir, names, func() {
+		os.Mkdir(filepath.Join(dir, "b.txt"), 0o755)
+	})
+	wantContent(t, filepath.Join(dir, "a.txt"), "old a.txt")
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Fatalf("a failed upload left %v", entries)
+	}
+	wantFilesError(t, "a directory made meanwhile", status, raw, 400, "is a directory")
+}

@@ -273,12 +273,22 @@ func (w *Writer) usable() error {
 // Commit makes the content durable (fsync) and renames it over the path.
 // On failure the temporary file is removed and the path is as it was.
 func (w *Writer) Commit() (Committed, error) {
-	if err := w.usable(); err != nil {
+	if err := w.ready(); err != nil {
 		return Committed{}, err
+	}
+	return w.place()
+}
+
+// ready does all of Commit that can fail but the rename: the content is
+// synced with its final owner and mode, and the target is checked as the
+// rename will find it. On failure the writer is aborted.
+func (w *Writer) ready() error {
+	if err := w.usable(); err != nil {
+		return err
 	}
 	if err := w.f.Sync(); err != nil {
 		// Delayed allocation reports a full disk here, not at write.
-		return Committed{}, w.fail(newErr("write", w.path, nil, err))
+		return w.fail(newErr("write", w.path, nil, err))
 	}
 	err := w.m.as(w.u, func() error {
 		fd := int(w.f.Fd())
@@ -291,9 +301,36 @@ func (w *Writer) Commit() (Committed, error) {
 		if err := unix.Fchmod(fd, w.mode); err != nil {
 			return err
 		}
-		return w.rename()
+		return w.checkTarget()
 	})
 	if err != nil {
+		return w.fail(newErr("write", w.path, nil, err))
+	}
+	return nil
+}
+
+// checkTarget fails where the rename would, as far as can be seen before
+// it: a file that appeared at an Exclusive path, a directory that did, a
+// directory that went away.
+func (w *Writer) checkTarget() error {
+	st, err := os.Lstat(w.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		_, err = os.Stat(filepath.Dir(w.path))
+		return err
+	case err != nil:
+		return err
+	case w.opts.Exclusive:
+		return newErr("write", w.path, ErrExists, nil)
+	case st.IsDir():
+		return newErr("write", w.path, ErrIsDir, nil)
+	}
+	return nil
+}
+
+// place renames the content of a ready writer over its path.
+func (w *Writer) place() (Committed, error) {
+	if err := w.m.as(w.u, w.rename); err != nil {
 		return Committed{}, w.fail(newErr("write", w.path, nil, err))
 	}
 	w.closed = true

@@ -4,7 +4,11 @@
 package filestest
 
 import (
+	"errors"
+	"io"
+	"mime/multipart"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -84,4 +88,43 @@ func Temps(dir string) []string {
 		}
 	}
 	return temps
+}
+
+// RaceUpload sends req with a multipart body of one part a file for each
+// of filenames (field "file"). Once the agent has staged them all as
+// temporary files in dir, and before the body ends, it runs meanwhile:
+// what another process does to the targets between the staging and the
+// commit. It returns the response's status and body.
+func RaceUpload(t *testing.T, req *http.Request, dir string, filenames []string, meanwhile func()) (int, []byte) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	req.Body = pr
+	req.ContentLength = -1
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	go func() {
+		for _, name := range filenames {
+			part, err := mw.CreateFormFile("file", name)
+			if err == nil {
+				_, err = io.WriteString(part, "new "+filepath.Base(name))
+			}
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+		if !WaitTemps(dir, func(n int) bool { return n == len(filenames) }) {
+			pw.CloseWithError(errors.New("the upload's files were not staged"))
+			return
+		}
+		meanwhile()
+		pw.CloseWithError(mw.Close())
+	}()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
 }
