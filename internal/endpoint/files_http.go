@@ -16,10 +16,6 @@ import (
 	"github.com/rayito/rayito-agent/internal/wire"
 )
 
-// maxUploadParts bounds the files of one multipart upload: each is open
-// (a temporary file) until the request ends.
-const maxUploadParts = 1000
-
 // countHTTP counts a route's bodies as traffic: a transfer keeps the
 // sandbox awake like websocket traffic does.
 func (s *Server) countHTTP(h http.HandlerFunc) http.HandlerFunc {
@@ -260,10 +256,6 @@ func (s *Server) handleFilePost(w http.ResponseWriter, r *http.Request) {
 		}
 		if err != nil {
 			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "reading part %d: %v", n, err))
-			return
-		}
-		if n > maxUploadParts {
-			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeLimit, "more than %d files in one upload", maxUploadParts))
 			return
 		}
 		name := partFilename(part.Header.Get("Content-Disposition"))

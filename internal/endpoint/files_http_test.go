@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/files/filestest"
 )
 
@@ -321,5 +323,26 @@ func TestFilesHTTPMultipartAllOrNone(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Fatalf("a refused upload left %v", entries)
+	}
+}
+
+// More than files.MaxBatch parts is limit, with the status the table
+// gives limit, and writes none of them.
+func TestFilesHTTPTooManyParts(t *testing.T) {
+	a := newTestAgent(t)
+	dir := t.TempDir()
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	for i := 0; i <= files.MaxBatch; i++ {
+		part, _ := mw.CreateFormFile("file", fmt.Sprintf("f%d", i))
+		io.WriteString(part, "x")
+	}
+	mw.Close()
+	resp, b := a.fileRequest(t, "POST", url.Values{"path": {dir}}, &body, "Content-Type", mw.FormDataContentType())
+	if resp.StatusCode != http.StatusInsufficientStorage || httpErrorCode(b) != "limit" || !strings.Contains(string(b), "more than 1000 files") {
+		t.Fatalf("%d parts: %d %s", files.MaxBatch+1, resp.StatusCode, b)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("a refused upload left %d entries", len(entries))
 	}
 }

@@ -15,10 +15,6 @@ import (
 	"github.com/rayito/rayito-agent/internal/files"
 )
 
-// maxUploadParts bounds the files of one multipart upload: each is a
-// temporary file, open until the request ends.
-const maxUploadParts = 1000
-
 // handleFiles is envd's file transfer route: GET (and HEAD) downloads a
 // file, POST uploads files. Both run as ?username= (the default user
 // without it) on the file manager; auth has passed already.
@@ -179,9 +175,6 @@ func (u *uploader) multipart(path string, mr *multipart.Reader) error {
 
 // file stages one file with the content r yields.
 func (u *uploader) file(path string, r io.Reader) error {
-	if u.staged.Len() == maxUploadParts {
-		return &statusError{http.StatusBadRequest, fmt.Errorf("more than %d files in one upload", maxUploadParts)}
-	}
 	fw, err := u.s.cfg.Files.Create(u.user, path, files.WriteOptions{Parents: true, Metadata: u.metadata})
 	if err != nil {
 		return err
@@ -249,6 +242,7 @@ var fileStatuses = []struct {
 	{files.ErrUnknownUser, http.StatusBadRequest},
 	{files.ErrUnsupported, http.StatusBadRequest},
 	{files.ErrNoSpace, http.StatusInsufficientStorage},
+	{files.ErrTooMany, http.StatusBadRequest}, // not 507: the SDK says NotEnoughSpaceError
 	{files.ErrClosed, http.StatusServiceUnavailable},
 }
 

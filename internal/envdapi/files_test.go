@@ -21,6 +21,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/filesystem"
+	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/files/filestest"
 )
 
@@ -402,4 +403,22 @@ func TestFilesUploadAllOrNone(t *testing.T) {
 		t.Fatalf("a failed upload left %v", entries)
 	}
 	wantFilesError(t, "a directory made meanwhile", status, raw, 400, "is a directory")
+}
+
+// More than files.MaxBatch files in one upload is refused with 400 and
+// writes none of them.
+func TestFilesUploadTooManyParts(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, agentOptions{})
+	dir := t.TempDir()
+	parts := make([][3]string, files.MaxBatch+1)
+	for i := range parts {
+		parts[i] = [3]string{"file", filepath.Join(dir, "f"+strconv.Itoa(i)), "x"}
+	}
+	ctype, body := multipartBody(t, parts...)
+	status, _, raw := filesCall(t, a, "POST", url.Values{}, ctype, body)
+	wantFilesError(t, "too many parts", status, raw, http.StatusBadRequest, "more than 1000 files")
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("a refused upload left %d entries", len(entries))
+	}
 }

@@ -19,9 +19,19 @@ type Batch struct {
 	beforeRenames func()
 }
 
+// MaxBatch bounds the files of a batch: each is open (a temporary file)
+// until the batch commits, so an upload of many small files must not run
+// the agent out of descriptors.
+const MaxBatch = 1000
+
 // Add puts w in the batch. A second file for a path already in it is
-// ErrInvalid (the upload would race with itself), and w is aborted.
+// ErrInvalid (the upload would race with itself), a file beyond MaxBatch
+// ErrTooMany; either way w is aborted.
 func (b *Batch) Add(w *Writer) error {
+	if len(b.writers) == MaxBatch {
+		w.Abort()
+		return newErr("write", w.Path(), ErrTooMany, errBatch)
+	}
 	for _, other := range b.writers {
 		if other.Path() == w.Path() {
 			w.Abort()
@@ -31,9 +41,6 @@ func (b *Batch) Add(w *Writer) error {
 	b.writers = append(b.writers, w)
 	return nil
 }
-
-// Len is how many files the batch holds.
-func (b *Batch) Len() int { return len(b.writers) }
 
 // Commit puts every file in place, or on failure aborts what is not (see
 // Batch). The batch is empty after.

@@ -51,7 +51,7 @@ func TestBatchCommitsAll(t *testing.T) {
 		t.Fatalf("commit: %+v, %v", out, err)
 	}
 	wantDir(t, dir, map[string]string{"a": "new a", "b": "new b"})
-	if b.Len() != 0 {
+	if len(b.writers) != 0 {
 		t.Fatal("a committed batch still holds writers")
 	}
 }

@@ -123,6 +123,7 @@ var (
 	errVirtual      = errors.New("a virtual filesystem (such as /proc or /sys): its files cannot be replaced; write to them with a command")
 	errWriterClosed = errors.New("the write was already committed or aborted")
 	errTwice        = errors.New("two files of the upload go to this path")
+	errBatch        = fmt.Errorf("more than %d files in one upload", MaxBatch)
 	errReadRange    = errors.New("offset and length must not be negative; buffer at most 256 MiB")
 	errNoClient     = errors.New("no client attached within the grace period")
 	errDetached     = errors.New("the client detached")
