@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -216,14 +217,29 @@ func TestCrashMidUpload(t *testing.T) {
 	}
 }
 
+// transferMemory bounds how much a transfer may raise the agent's peak
+// resident memory: buffers and windows are a few MiB, so a transfer that
+// held the file (or a good part of it) in memory goes far past it.
+const transferMemory = 128 << 20
+
 // TestGigabyteTransfers moves 1 GiB each way through HTTP and through the
 // websocket, on a tmpfs and on the disk (ext4 on the project's machines),
-// and checks every byte by SHA-256. The websocket transfers run the
-// agent binary's own cp command (not built with -race, like the agent),
-// so the test stays affordable under -race.
+// and checks every byte by SHA-256, and that the agent's peak memory grew
+// by less than transferMemory: files larger than memory stream through.
+// The websocket transfers run the agent binary's own cp command (not
+// built with -race, like the agent), so the test stays affordable under
+// -race.
 func TestGigabyteTransfers(t *testing.T) {
 	const size = 1 << 30
 	a := startAgent(t, agentConfig{})
+	basePeak := a.peakMemory(t)
+	checkMemory := func(t *testing.T, transfer string) {
+		t.Helper()
+		if grew := a.peakMemory(t) - basePeak; grew >= transferMemory {
+			t.Fatalf("%s: the agent's peak memory grew by %d MiB (from %d MiB): a transfer held the file", transfer, grew>>20, basePeak>>20)
+		}
+	}
+	defer func() { t.Logf("agent's peak memory: %d MiB before, %d MiB after", basePeak>>20, a.peakMemory(t)>>20) }()
 	shm, err := os.MkdirTemp("/dev/shm", "freezetest-")
 	if err != nil {
 		t.Fatalf("a tmpfs is needed at /dev/shm: %v", err)
@@ -253,6 +269,7 @@ func TestGigabyteTransfers(t *testing.T) {
 			if err != nil || n != size || [32]byte(h.Sum(nil)) != want {
 				t.Fatalf("HTTP download: %d bytes, %v, checksum match %v", n, err, [32]byte(h.Sum(nil)) == want)
 			}
+			checkMemory(t, "HTTP download")
 
 			// HTTP upload.
 			up := filepath.Join(fs.dir, "up-http")
@@ -269,16 +286,36 @@ func TestGigabyteTransfers(t *testing.T) {
 				t.Fatalf("HTTP upload: %d %+v", resp.StatusCode, put)
 			}
 			checkFile(t, up, want, size)
+			checkMemory(t, "HTTP upload")
 
 			// Websocket download and upload, with the cp command.
 			down := filepath.Join(fs.dir, "down-ws")
 			a.cp(t, ":"+src, down)
 			checkFile(t, down, want, size)
+			checkMemory(t, "websocket download")
 			upWS := filepath.Join(fs.dir, "up-ws")
 			a.cp(t, src, ":"+upWS)
 			checkFile(t, upWS, want, size)
+			checkMemory(t, "websocket upload")
 		})
 	}
+}
+
+// peakMemory is the agent's peak resident memory (VmHWM) in bytes.
+func (a *agent) peakMemory(t testing.TB) int64 {
+	t.Helper()
+	status := "/proc/" + strconv.Itoa(a.cmd.Process.Pid) + "/status"
+	b, err := os.ReadFile(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, found := strings.Cut(string(b), "\nVmHWM:")
+	kib, _, _ := strings.Cut(rest, "kB")
+	n, err := strconv.ParseInt(strings.TrimSpace(kib), 10, 64)
+	if !found || err != nil {
+		t.Fatalf("no VmHWM in %s", status)
+	}
+	return n << 10
 }
 
 // checkFile checks a transferred file's size and hash, then removes it.
