@@ -2,6 +2,7 @@ package envdapi_test
 
 import (
 	"bytes"
+	"context"
 	"testing"
 	"time"
 
@@ -119,5 +120,81 @@ func TestResumeEndsEveryStream(t *testing.T) {
 	})
 	if string(again.stdout) != "more\n" || again.end.GetExitCode() != 0 || again.err != nil {
 		t.Fatalf("after the resume: %q %v %v", again.stdout, again.end, again.err)
+	}
+}
+
+// A client that stops reading (a connection the snapshot left half-dead)
+// holds nothing up at a resume: the cut bounds the stream's writes by its
+// deadline, so it returns within its bound and the handler, blocked on a
+// full connection, returns too.
+func TestResumeCutWithClientNotReading(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, agentOptions{smallBuffers: true})
+	// The client's own timeout, which would end the request, is far off.
+	long, cancelLong := context.WithTimeout(context.Background(), 10*waitLong)
+	defer cancelLong()
+	s, err := a.pc.Start(long, startReq("yes output"))
+	if err != nil || !s.Receive() {
+		t.Fatalf("start: %v, %v", err, s.Err())
+	}
+	defer s.Close()
+	pid := s.Msg().GetEvent().GetStart().GetPid()
+
+	// The client reads nothing after the start event: the connection's
+	// buffers fill, the handler blocks on a write, then the log fills.
+	out := a.streams.Find(int(pid), "").Log("stdout")
+	deadline := time.Now().Add(waitLong)
+	for st := out.Stats(); st.End-st.Start < stream.DefaultByteCapacity; st = out.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log never filled: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := a.envd.InFlight(); n != 1 {
+		t.Fatalf("%d calls in flight, want the Start stream", n)
+	}
+
+	const bound = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	began := time.Now()
+	a.envd.CutForResume(ctx, 1)
+	// Slack for a loaded machine; a cut that waited for the client would
+	// not return at all.
+	if took := time.Since(began); took > bound+3*time.Second {
+		t.Fatalf("the cut took %v, its bound is %v", took, bound)
+	}
+	for a.envd.InFlight() != 0 {
+		if time.Since(began) > bound+10*time.Second {
+			t.Fatal("the Start handler never returned after the cut")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// The client, reading again, gets what was buffered, then an error.
+	ended := make(chan run, 1)
+	go func() { ended <- finish(s, pid) }()
+	select {
+	case r := <-ended:
+		if r.err == nil {
+			t.Fatalf("the stream ended without an error after %d bytes", len(r.stdout))
+		}
+	case <-time.After(waitLong):
+		t.Fatal("the client's stream never ended after the cut")
+	}
+	// Connecting again works; the command, killed, ends the stream.
+	c, err := a.pc.Connect(ctxLong(t), authed(connect.NewRequest(&process.ConnectRequest{Process: byPid(pid)})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := collect(c, func(r *run, ev *process.ProcessEvent) {
+		if ev.GetStart() != nil {
+			if err := killPid(t, a, pid, process.Signal_SIGNAL_SIGKILL); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if again.err != nil || again.end.GetStatus() != "signal: killed" {
+		t.Fatalf("after the cut: end %v, err %v", again.end, again.err)
 	}
 }
