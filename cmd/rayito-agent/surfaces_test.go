@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/coder/websocket/wsjson"
 )
 
 // TestSurfacesMounted: the agent serves jupyter_server's API and the
@@ -87,7 +88,8 @@ func TestParseCodeInterpreterListen(t *testing.T) {
 
 // TestResumeCutsSurfaces: POST /v1/resume on a real agent closes kernel
 // websockets with 1012 and ends a running /execute with an error line
-// that names the resume.
+// that names the resume; afterwards a new websocket and a new /execute
+// work at once, on kernels that kept their state.
 func TestResumeCutsSurfaces(t *testing.T) {
 	base := "http" + strings.TrimPrefix(startAgent(t, "resume-token"), "ws")
 	do := func(method, path, body string, header ...string) (int, string) {
@@ -118,9 +120,13 @@ func TestResumeCutsSurfaces(t *testing.T) {
 	}
 	defer ws.CloseNow()
 
-	// A cell that waits until it is told to end.
+	if code, body := do("POST", "/execute", `{"code":"kept = 'set before the resume'","context_id":"`+k.ID+`"}`, "X-Access-Token", "resume-token"); code != 200 || !strings.Contains(body, "end_of_execution") {
+		t.Fatalf("execute on the websocket's kernel: %d %s", code, body)
+	}
+
+	// A cell on the default context that waits until it is told to end.
 	gate := filepath.Join(t.TempDir(), "gate")
-	req, _ := http.NewRequest("POST", base+"/execute", strings.NewReader(`{"code":"import os, time\nprint('running', flush=True)\nwhile not os.path.exists('`+gate+`'): time.sleep(0.02)"}`))
+	req, _ := http.NewRequest("POST", base+"/execute", strings.NewReader(`{"code":"import os, time\nstarted = 'before the resume'\nprint('running', flush=True)\nwhile not os.path.exists('`+gate+`'): time.sleep(0.02)"}`))
 	req.Header.Set("X-Access-Token", "resume-token")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -153,4 +159,76 @@ func TestResumeCutsSurfaces(t *testing.T) {
 	if !strings.Contains(last, `"name":"SandboxResumed"`) {
 		t.Fatalf("the execute response ended with %q", last)
 	}
+
+	// A new websocket (legacy JSON frames: it offers no subprotocol) runs
+	// a cell on the kernel as it was.
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ws, _, err = websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/api/kernels/"+k.ID+"/channels?token=resume-token", nil)
+	if err != nil {
+		t.Fatalf("websocket after the resume: %v", err)
+	}
+	defer ws.CloseNow()
+	if got := wsResult(ctx, t, ws, "kept"); got != "'set before the resume'" {
+		t.Fatalf("kept through the websocket after the resume: %q", got)
+	}
+	// The cut cell kept running; once it ends, a new /execute runs after
+	// it on the same kernel.
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := do("POST", "/execute", `{"code":"started"}`, "X-Access-Token", "resume-token"); code != 200 || !strings.Contains(body, `"text":"before the resume"`) {
+		t.Fatalf("execute after the resume: %d %s", code, body)
+	}
+}
+
+// wsResult runs code through a kernel websocket in the legacy framing and
+// returns its execute_result's text/plain.
+func wsResult(ctx context.Context, t *testing.T, ws *websocket.Conn, code string) string {
+	t.Helper()
+	const id = "surfaces-test-1"
+	err := wsjson.Write(ctx, ws, map[string]any{
+		"channel":       "shell",
+		"header":        map[string]any{"msg_id": id, "msg_type": "execute_request", "session": "surfaces-test", "username": "test", "version": "5.3"},
+		"parent_header": map[string]any{}, "metadata": map[string]any{},
+		"content": map[string]any{"code": code, "silent": false, "store_history": true, "user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The result (iopub) and the reply (shell) come from two sockets in
+	// either order; idle on iopub follows the result.
+	result, replied, idle := "", false, false
+	for !replied || !idle {
+		var m struct {
+			Header struct {
+				MsgType string `json:"msg_type"`
+			} `json:"header"`
+			Parent struct {
+				MsgID string `json:"msg_id"`
+			} `json:"parent_header"`
+			Content json.RawMessage `json:"content"`
+		}
+		if err := wsjson.Read(ctx, ws, &m); err != nil {
+			t.Fatalf("reading the websocket: %v", err)
+		}
+		if m.Parent.MsgID != id {
+			continue
+		}
+		switch m.Header.MsgType {
+		case "execute_result":
+			var c struct {
+				Data map[string]string `json:"data"`
+			}
+			json.Unmarshal(m.Content, &c)
+			result = c.Data["text/plain"]
+		case "execute_reply":
+			replied = true
+		case "status":
+			idle = strings.Contains(string(m.Content), `"idle"`)
+		case "error":
+			t.Fatalf("the cell failed: %s", m.Content)
+		}
+	}
+	return result
 }

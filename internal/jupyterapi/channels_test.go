@@ -401,3 +401,68 @@ func TestWebsocketMessageWaitsForRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWebsocketStdinAndControl: of two websockets on one kernel, only the
+// one whose cell asks for input gets the input_request, and its
+// input_reply reaches the cell; a control request's reply comes back on
+// control, to its sender only.
+func TestWebsocketStdinAndControl(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, false)
+	k := a.startKernel(t)
+	wa, wb := a.dialKernel(t, k.ID(), true), a.dialKernel(t, k.ID(), true)
+	for _, w := range []*wsClient{wa, wb} {
+		id := w.send("shell", "kernel_info_request", map[string]any{})
+		w.until(isReply(id, "kernel_info_reply"))
+	}
+
+	content := executeContent("answer = input('x? ')\nanswer.upper()")
+	content["allow_stdin"] = true
+	id := wa.send("shell", "execute_request", content)
+	asked := wa.until(isReply(id, "input_request"))
+	if m := asked[len(asked)-1]; m.Channel != "stdin" || !strings.Contains(string(m.Content), `"prompt":"x? "`) {
+		t.Fatalf("input_request on %q: %s", m.Channel, m.Content)
+	}
+	wa.send("stdin", "input_reply", map[string]any{"value": "forty-two", "status": "ok"})
+	result, replied, idle := "", false, false
+	for !replied || !idle {
+		m := wa.next()
+		if m.parentID() != id {
+			continue
+		}
+		switch m.msgType() {
+		case "execute_result":
+			var c struct{ Data map[string]string }
+			json.Unmarshal(m.Content, &c)
+			result = c.Data["text/plain"]
+		case "execute_reply":
+			replied = true
+		case "status":
+			idle = strings.Contains(string(m.Content), "idle")
+		case "error":
+			t.Fatalf("the cell failed: %s", m.Content)
+		}
+	}
+	if result != "'FORTY-TWO'" {
+		t.Fatalf("result %q, want the answer upper-cased", result)
+	}
+
+	ctl := wa.send("control", "kernel_info_request", map[string]any{})
+	got := wa.until(isReply(ctl, "kernel_info_reply"))
+	if m := got[len(got)-1]; m.Channel != "control" {
+		t.Fatalf("the control request's reply came on %q", m.Channel)
+	}
+
+	// The other websocket saw the cell's iopub and neither the input
+	// request nor either reply. Everything routed to it before its probe's
+	// reply is read by then: the input request and the control reply were
+	// delivered before the sender could read them.
+	seen := wb.until(func(m msg) bool { return m.parentID() == id && m.msgType() == "execute_result" })
+	probe := wb.send("shell", "kernel_info_request", map[string]any{})
+	seen = append(seen, wb.until(isReply(probe, "kernel_info_reply"))...)
+	for _, m := range seen {
+		if m.Channel != "iopub" && (m.parentID() == id || m.parentID() == ctl) {
+			t.Fatalf("the other websocket got the sender's %s on %s", m.msgType(), m.Channel)
+		}
+	}
+}

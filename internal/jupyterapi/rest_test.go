@@ -1,10 +1,18 @@
 package jupyterapi_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestAuthForms(t *testing.T) {
@@ -254,4 +262,93 @@ func TestSessions(t *testing.T) {
 	if res, _ = a.do(t, "GET", "api/sessions/"+s1.ID, ""); res.StatusCode != 404 {
 		t.Fatalf("get: %d", res.StatusCode)
 	}
+}
+
+// TestExecutionState: the kernel model follows the kernel, busy while a
+// cell runs and idle after it, and unknown once the kernel failed the
+// resume's survival check.
+func TestExecutionState(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, false)
+	k := a.startKernel(t)
+	state := func() string {
+		t.Helper()
+		res, body := a.do(t, "GET", "api/kernels/"+k.ID(), "")
+		var m struct {
+			State string `json:"execution_state"`
+		}
+		if err := json.Unmarshal([]byte(body), &m); err != nil || res.StatusCode != 200 {
+			t.Fatalf("model: %d %s", res.StatusCode, body)
+		}
+		return m.State
+	}
+	listed := func() string {
+		t.Helper()
+		_, body := a.do(t, "GET", "api/kernels", "")
+		var ms []struct {
+			State string `json:"execution_state"`
+		}
+		if err := json.Unmarshal([]byte(body), &ms); err != nil || len(ms) != 1 {
+			t.Fatalf("list: %s", body)
+		}
+		return ms[0].State
+	}
+
+	w := a.dialKernel(t, k.ID(), true)
+	gate := filepath.Join(t.TempDir(), "gate")
+	id := w.send("shell", "execute_request", executeContent("import os, time\nwhile not os.path.exists("+strconv.Quote(gate)+"): time.sleep(0.02)"))
+	eventually(t, "the model is busy while the cell runs", func() bool { return state() == "busy" })
+	if st := listed(); st != "busy" {
+		t.Fatalf("listed as %s while the cell runs", st)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.until(isReply(id, "execute_reply"))
+	eventually(t, "the model is idle after the cell", func() bool { return state() == "idle" })
+
+	// A kernel that does not answer the check is lost: unknown.
+	pid := k.Info().Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+	eventually(t, "the kernel process is stopped", func() bool { return stopped(pid) })
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	res := a.kernels.Check(ctx)
+	cancel()
+	if !slices.Contains(res.Lost, k.ID()) {
+		t.Fatalf("check: %+v, want %s lost", res, k.ID())
+	}
+	if st, lst := state(), listed(); st != "unknown" || lst != "unknown" {
+		t.Fatalf("a lost kernel's model is %s, listed as %s; want unknown", st, lst)
+	}
+	// Continued, it passes the next check and is idle again.
+	syscall.Kill(pid, syscall.SIGCONT)
+	eventually(t, "the continued kernel passes a check", func() bool {
+		return slices.Contains(a.kernels.Check(t.Context()).Alive, k.ID())
+	})
+	if st := state(); st != "idle" {
+		t.Fatalf("the continued kernel's model is %s", st)
+	}
+}
+
+// stopped tells whether every thread of the process is stopped.
+func stopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// The state follows the command name, which is in parentheses.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }

@@ -4,10 +4,13 @@
 package nodetest
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -42,14 +45,50 @@ func Require(t testing.TB, dir, pkg string) {
 // non-zero. It returns the output.
 func Run(t testing.TB, dir, script string, env []string, args ...string) string {
 	t.Helper()
+	return RunWatching(t, dir, script, env, nil, args...)
+}
+
+// RunWatching is Run that also hands each line the script writes, as it
+// is written, to onLine (when not nil): a script signals the test so, for
+// example to have it act on the agent while the client is connected.
+// onLine runs on the test's goroutine and the script waits for nothing
+// from it.
+func RunWatching(t testing.TB, dir, script string, env []string, onLine func(string), args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), scriptBound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", append([]string{script}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
+	r, w, err := os.Pipe()
 	if err != nil {
-		t.Fatalf("node %s %v: %v\n%s", script, args, err, out)
+		t.Fatal(err)
 	}
-	return string(out)
+	defer r.Close()
+	cmd.Stdout, cmd.Stderr = w, w
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		t.Fatalf("node %s %v: %v", script, args, err)
+	}
+	// Wait from the start, as CombinedOutput does: a test that runs a
+	// proc.Reaper would reap the script first if nobody were waiting yet.
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	// The pipe ends when the script and anything it started have exited,
+	// or been killed at the bound.
+	var out strings.Builder
+	lines := bufio.NewScanner(r)
+	lines.Buffer(nil, 1<<20)
+	for lines.Scan() {
+		out.WriteString(lines.Text() + "\n")
+		if onLine != nil {
+			onLine(lines.Text())
+		}
+	}
+	io.Copy(&out, r) // what follows a line too long to scan
+	if err := <-exited; err != nil {
+		t.Fatalf("node %s %v: %v\n%s", script, args, err, out.String())
+	}
+	return out.String()
 }

@@ -125,6 +125,38 @@ const cases = {
     km.dispose();
   },
 
+  // The agent cuts the kernel's websocket with 1012 as after a snapshot
+  // resume (the Go test does it when this prints "cut for resume"); the
+  // client reconnects on its own and finds its kernel as it was.
+  async resume() {
+    const km = new KernelManager({ serverSettings });
+    await km.ready;
+    const kernel = await km.startNew({ name: 'python3' });
+    let out = await execute(kernel, 'x = 42');
+    assert.equal(out.reply.content.status, 'ok');
+    const opened = selected.length;
+
+    const statuses = [];
+    const back = new Promise(resolve => {
+      kernel.connectionStatusChanged.connect((_, status) => {
+        statuses.push(status);
+        if (status === 'connected') resolve();
+      });
+    });
+    console.log('cut for resume');
+    await withTimeout(back, 60000, 'the reconnect after the cut');
+    assert.deepEqual(statuses, ['connecting', 'connected']);
+    assert.ok(selected.length > opened, 'no new websocket opened');
+
+    out = await execute(kernel, 'x');
+    assert.equal(out.reply.content.status, 'ok');
+    assert.deepEqual(out.results, ['42'], 'the kernel kept x across the cut');
+
+    await kernel.shutdown();
+    checkProtocols();
+    km.dispose();
+  },
+
   async session() {
     const km = new KernelManager({ serverSettings });
     const sm = new SessionManager({ serverSettings, kernelManager: km });
