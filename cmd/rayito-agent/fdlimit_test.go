@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -58,5 +59,74 @@ func TestDescriptorFlood(t *testing.T) {
 	out, _ := io.ReadAll(p.Stdout())
 	if st, err := p.Wait(ctx); err != nil || st.ExitCode() != 0 || string(out) != "still here\n" {
 		t.Fatalf("exec under the flood: %q, %+v, %v", out, st, err)
+	}
+}
+
+// TestSlowBodiesWithoutToken: peers without a token that send request
+// bodies slowly to every surface (the agent's own routes, envd, the
+// Jupyter and code-interpreter APIs) get their 401 at once and lose
+// their connection, so they cannot keep a client with the token out.
+func TestSlowBodiesWithoutToken(t *testing.T) {
+	t.Parallel()
+	// ulimit -n 120: 40 connections, 20 of them without the token. The
+	// flood leaves two for the start's health poll and the dial: were it
+	// to fill them, the agent would evict flood connections it has not
+	// read yet, as it should, and the test would see resets.
+	const unauth = 20 - 2
+	url := startAgentWith(t, "slow-token", agentOptions{prefix: []string{"sh", "-c", `ulimit -n 120 && exec "$0" "$@"`}}).url
+	addr := strings.TrimPrefix(url, "ws://")
+	routes := []struct{ path, header string }{
+		{"/v1/resume", "Authorization: Bearer slow-tok"},
+		{"/process.Process/Start", "X-Access-Token: slow-token-and-more"},
+		{"/files?path=/tmp/x", ""},
+		{"/api/kernels", "Authorization: token slow"},
+		{"/execute", "E2B-Traffic-Access-Token: wrong"},
+	}
+	var flood []net.Conn
+	defer func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	}()
+	for i := range unauth {
+		rt := routes[i%len(routes)]
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flood = append(flood, c)
+		req := "POST " + rt.path + " HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\nContent-Length: 100\r\n"
+		if rt.header != "" {
+			req += rt.header + "\r\n"
+		}
+		if _, err := io.WriteString(c, req+"\r\n{"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range flood {
+		rt := routes[i%len(routes)]
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("POST %s with a slow body: %v %v, want 401 or 403 (Jupyter's) at once", rt.path, resp, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Fatalf("POST %s with a slow body: after the answer read %d, %v; want the agent to close", rt.path, n, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		c, err := client.Dial(ctx, url, client.Options{Token: "slow-token"})
+		if err == nil {
+			c.Close()
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("websocket dial with the token after %d slow bodies without it: %v", unauth, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
