@@ -130,3 +130,61 @@ func TestSlowBodiesWithoutToken(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestCodeInterpreterListenerLimited: the code-interpreter API's own
+// listener has the main listener's limits, shared with it: silent
+// connections to it cannot take the descriptors the main listener needs,
+// and a slow body without the token gets its 401 at once.
+func TestCodeInterpreterListenerLimited(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ciAddr := l.Addr().String()
+	l.Close()
+	url := startAgentWith(t, "ci-token", agentOptions{prefix: []string{"sh", "-c", `ulimit -n 120 && exec "$0" "$@"`},
+		flags: "--code-interpreter-listen " + ciAddr}).url
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range 110 { // more than the descriptors left
+		c, err := net.Dial("tcp", ciAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if h, err := client.GetHealth(ctx, url, nil); err != nil || h.Status != "ok" {
+		t.Fatalf("/health with 110 silent connections to the code-interpreter listener: %+v, %v", h, err)
+	}
+	c, err := client.Dial(ctx, url, client.Options{Token: "ci-token"})
+	if err != nil {
+		t.Fatalf("websocket dial with 110 silent connections to the code-interpreter listener: %v", err)
+	}
+	c.Close()
+
+	slow, err := net.Dial("tcp", ciAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held = append(held, slow)
+	if _, err := io.WriteString(slow, "POST /execute HTTP/1.1\r\nHost: agent\r\nContent-Length: 100\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	slow.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(slow)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("POST /execute with a slow body and no token: %v %v, want 401 at once", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("POST /execute with a slow body and no token: after the 401 read %d, %v; want the agent to close", n, err)
+	}
+}

@@ -384,3 +384,38 @@ func TestReserveSlowBodiesFreed(t *testing.T) {
 		t.Fatalf("/health after slow bodies on the reserve: %v %v", resp, err)
 	}
 }
+
+// TestServeAlsoShutdown: Shutdown stops a listener ServeAlso serves.
+func TestServeAlsoShutdown(t *testing.T) {
+	t.Parallel()
+	a := newTestAgent(t)
+	srv := New(a.srv.cfg)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() {
+		served <- srv.ServeAlso(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	}()
+	waitFor(t, func() bool {
+		resp, err := http.Get("http://" + l.Addr().String() + "/")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("ServeAlso after Shutdown: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("ServeAlso still serving after Shutdown")
+	}
+}
