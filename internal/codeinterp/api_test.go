@@ -32,6 +32,13 @@ func TestAuthHeaders(t *testing.T) {
 		{"wrong", []string{"X-Access-Token", "nope"}, 401},
 		{"token scheme is Jupyter's", []string{"Authorization", "token " + testToken}, 401},
 		{"query", nil, 401},
+		// Near misses of the token, in each header.
+		{"access token, a prefix", []string{"X-Access-Token", testToken[:len(testToken)-1]}, 401},
+		{"access token, more", []string{"X-Access-Token", testToken + "x"}, 401},
+		{"access token, empty", []string{"X-Access-Token", ""}, 401},
+		{"traffic token, a prefix", []string{"E2B-Traffic-Access-Token", testToken[:len(testToken)-1]}, 401},
+		{"traffic token, more", []string{"E2B-Traffic-Access-Token", testToken + "x"}, 401},
+		{"traffic token, empty", []string{"E2B-Traffic-Access-Token", ""}, 401},
 	} {
 		path := "/contexts"
 		if tc.name == "query" {
