@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -58,5 +59,132 @@ func TestDescriptorFlood(t *testing.T) {
 	out, _ := io.ReadAll(p.Stdout())
 	if st, err := p.Wait(ctx); err != nil || st.ExitCode() != 0 || string(out) != "still here\n" {
 		t.Fatalf("exec under the flood: %q, %+v, %v", out, st, err)
+	}
+}
+
+// TestSlowBodiesWithoutToken: peers without a token that send request
+// bodies slowly to every surface (the agent's own routes, envd, the
+// Jupyter and code-interpreter APIs) get their 401 at once and lose
+// their connection, so they cannot keep a client with the token out.
+func TestSlowBodiesWithoutToken(t *testing.T) {
+	t.Parallel()
+	// ulimit -n 120: 40 connections, 20 of them without the token. The
+	// flood leaves two for the start's health poll and the dial: were it
+	// to fill them, the agent would evict flood connections it has not
+	// read yet, as it should, and the test would see resets.
+	const unauth = 20 - 2
+	url := startAgentWith(t, "slow-token", agentOptions{prefix: []string{"sh", "-c", `ulimit -n 120 && exec "$0" "$@"`}}).url
+	addr := strings.TrimPrefix(url, "ws://")
+	routes := []struct{ path, header string }{
+		{"/v1/resume", "Authorization: Bearer slow-tok"},
+		{"/process.Process/Start", "X-Access-Token: slow-token-and-more"},
+		{"/files?path=/tmp/x", ""},
+		{"/api/kernels", "Authorization: token slow"},
+		{"/execute", "E2B-Traffic-Access-Token: wrong"},
+	}
+	var flood []net.Conn
+	defer func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	}()
+	for i := range unauth {
+		rt := routes[i%len(routes)]
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flood = append(flood, c)
+		req := "POST " + rt.path + " HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\nContent-Length: 100\r\n"
+		if rt.header != "" {
+			req += rt.header + "\r\n"
+		}
+		if _, err := io.WriteString(c, req+"\r\n{"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range flood {
+		rt := routes[i%len(routes)]
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("POST %s with a slow body: %v %v, want 401 or 403 (Jupyter's) at once", rt.path, resp, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Fatalf("POST %s with a slow body: after the answer read %d, %v; want the agent to close", rt.path, n, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		c, err := client.Dial(ctx, url, client.Options{Token: "slow-token"})
+		if err == nil {
+			c.Close()
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("websocket dial with the token after %d slow bodies without it: %v", unauth, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestCodeInterpreterListenerLimited: the code-interpreter API's own
+// listener has the main listener's limits, shared with it: silent
+// connections to it cannot take the descriptors the main listener needs,
+// and a slow body without the token gets its 401 at once.
+func TestCodeInterpreterListenerLimited(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ciAddr := l.Addr().String()
+	l.Close()
+	url := startAgentWith(t, "ci-token", agentOptions{prefix: []string{"sh", "-c", `ulimit -n 120 && exec "$0" "$@"`},
+		flags: "--code-interpreter-listen " + ciAddr}).url
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range 110 { // more than the descriptors left
+		c, err := net.Dial("tcp", ciAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if h, err := client.GetHealth(ctx, url, nil); err != nil || h.Status != "ok" {
+		t.Fatalf("/health with 110 silent connections to the code-interpreter listener: %+v, %v", h, err)
+	}
+	c, err := client.Dial(ctx, url, client.Options{Token: "ci-token"})
+	if err != nil {
+		t.Fatalf("websocket dial with 110 silent connections to the code-interpreter listener: %v", err)
+	}
+	c.Close()
+
+	slow, err := net.Dial("tcp", ciAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held = append(held, slow)
+	if _, err := io.WriteString(slow, "POST /execute HTTP/1.1\r\nHost: agent\r\nContent-Length: 100\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	slow.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(slow)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("POST /execute with a slow body and no token: %v %v, want 401 at once", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("POST /execute with a slow body and no token: after the 401 read %d, %v; want the agent to close", n, err)
 	}
 }

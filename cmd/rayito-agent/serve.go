@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -369,12 +368,10 @@ func run(cfg config, log *zap.Logger) error {
 
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(l) }()
-	var ciServer *http.Server
 	if ciListener != nil {
 		log.Info("serving the code-interpreter API", zap.String("listen", ciListener.Addr().String()))
-		ciServer = &http.Server{Handler: codeInterp, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 		go func() {
-			if err := ciServer.Serve(ciListener); !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.ServeAlso(ciListener, codeInterp); err != nil {
 				serveErr <- err
 			}
 		}()
@@ -385,9 +382,6 @@ func run(cfg config, log *zap.Logger) error {
 		log.Info("shutting down", zap.String("signal", sig.String()))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err = srv.Shutdown(ctx)
-		if ciServer != nil {
-			ciServer.Shutdown(ctx)
-		}
 		cancel()
 	}
 	jupyterAPI.Close()

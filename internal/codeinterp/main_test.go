@@ -161,6 +161,20 @@ func (a *agent) run(t testing.TB, body string) []line {
 	return lines(t, out)
 }
 
+// joinStdout joins consecutive stdout lines: the kernel may split one
+// print into several messages, each a line.
+func joinStdout(ls []line) []line {
+	var out []line
+	for _, l := range ls {
+		if n := len(out); n > 0 && l.Type == "stdout" && out[n-1].Type == "stdout" {
+			out[n-1].Text += l.Text
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
 func types(ls []line) string {
 	var ts []string
 	for _, l := range ls {

@@ -24,8 +24,10 @@ import (
 //     maxUnauth have not yet shown the token;
 //   - a connection over a limit first evicts one that costs nothing to
 //     close: an idle keep-alive connection, else one that has not sent a
-//     request yet, unauthenticated ones first, oldest first (a request
-//     being served and an established websocket are never evicted);
+//     request yet, else one whose request without the token has been
+//     served longer than staleUnauth; unauthenticated ones first, oldest
+//     first (a request that showed the token and an established
+//     websocket are never evicted);
 //   - if none can go, it is a reserve connection: it may make one request
 //     to /health or a host route (the host must see the sandbox even
 //     while it is flooded), anything else gets 503 unavailable. A full
@@ -45,6 +47,11 @@ const (
 	DefaultIdleTimeout = 60 * time.Second
 	// readHeaderTimeout bounds reading a request's header.
 	readHeaderTimeout = 10 * time.Second
+	// staleUnauth is how long a request without the token is served
+	// before its connection may be evicted: as long as a peer has to
+	// send a header, so a slow body holds a slot no longer than a slow
+	// header does. Signed file transfers (envd) are such requests.
+	staleUnauth = readHeaderTimeout
 )
 
 // ConnLimitFor is the number of connections served at once for a
@@ -107,6 +114,7 @@ type conns struct {
 	log       *zap.Logger
 	maxConns  int
 	maxUnauth int
+	stale     time.Duration // an unauthenticated request served that long may be evicted
 
 	mu       sync.Mutex
 	open     map[*conn]struct{} // every connection, reserve ones too
@@ -119,7 +127,7 @@ type conns struct {
 }
 
 func newConns(maxConns int, log *zap.Logger) *conns {
-	return &conns{log: log, maxConns: maxConns, maxUnauth: max(maxConns/2, 1), open: map[*conn]struct{}{}}
+	return &conns{log: log, maxConns: maxConns, maxUnauth: max(maxConns/2, 1), stale: staleUnauth, open: map[*conn]struct{}{}}
 }
 
 // listener applies the limits at accept.
@@ -189,14 +197,18 @@ func (t *conns) admit(nc net.Conn) *conn {
 }
 
 // victimLocked picks the connection to evict among the normal or the
-// reserve ones: idle before request-less, unauthenticated first (only
-// those while too many are), oldest first.
+// reserve ones: idle before request-less before stale, unauthenticated
+// first (only those while too many are), oldest first.
 func (t *conns) victimLocked(reserve bool) *conn {
+	now := time.Now()
 	var best *conn
 	rank := func(c *conn) int {
 		r := 0
-		if c.state == http.StateNew {
+		switch c.state {
+		case http.StateNew:
 			r += 2
+		case http.StateActive:
+			r += 4
 		}
 		if c.authed {
 			r++
@@ -204,10 +216,15 @@ func (t *conns) victimLocked(reserve bool) *conn {
 		return r
 	}
 	for c := range t.open {
-		if c.reserve != reserve || (c.state != http.StateIdle && c.state != http.StateNew) {
+		switch {
+		case c.reserve != reserve:
+			continue
+		case c.state == http.StateIdle || c.state == http.StateNew:
+		case c.state == http.StateActive && !c.authed && now.Sub(c.changed) >= t.stale:
+		default:
 			continue
 		}
-		if c.authed && t.unauth >= t.maxUnauth {
+		if c.authed && !reserve && t.unauth >= t.maxUnauth {
 			continue // it would not make room
 		}
 		if best == nil || rank(c) < rank(best) || (rank(c) == rank(best) && c.changed.Before(best.changed)) {
@@ -255,9 +272,11 @@ func (t *conns) setState(nc net.Conn, state http.ConnState) {
 func (t *conns) authenticated(c *conn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, ok := t.open[c]; ok && !c.reserve && !c.authed {
+	if _, ok := t.open[c]; ok && !c.authed {
 		c.authed = true
-		t.unauth--
+		if !c.reserve {
+			t.unauth--
+		}
 	}
 }
 
@@ -285,6 +304,12 @@ func connContext(ctx context.Context, nc net.Conn) context.Context {
 
 // limit wraps the server's handler: it records which connections showed
 // the token and keeps reserve connections to the host routes.
+//
+// A request that showed no token (or came on a reserve connection) and
+// whose handler left its body unread loses its connection once answered:
+// net/http would otherwise read the rest of the body before answering,
+// with no deadline, and a peer that never sends it would hold the
+// connection, in use and so never evicted, for good.
 func (s *Server) limit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, _ := r.Context().Value(connKey{}).(*conn)
@@ -292,16 +317,53 @@ func (s *Server) limit(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		shown := s.cfg.Auth.Shown(r)
+		if shown {
+			s.conns.authenticated(c)
+		}
 		if c.reserve {
 			// One request, then the reserve slot is free again.
 			w.Header().Set("Connection", "close")
 			if !hostRoutes[r.URL.Path] {
 				writeError(w, http.StatusServiceUnavailable, wire.Errorf(wire.CodeUnavailable, "the agent has too many connections open; try again shortly"))
+				dropBody(w, r)
 				return
 			}
-		} else if s.cfg.Auth.Shown(r) {
-			s.conns.authenticated(c)
+		} else if shown {
+			next.ServeHTTP(w, r)
+			return
 		}
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body := &eofReader{ReadCloser: r.Body}
+		r.Body = body
 		next.ServeHTTP(w, r)
+		if !body.eof {
+			dropBody(w, r)
+		}
 	})
+}
+
+// dropBody makes net/http give up the rest of r's body, and with it the
+// connection, instead of reading it before the answer goes out.
+func dropBody(w http.ResponseWriter, r *http.Request) {
+	if r.Body != nil && r.Body != http.NoBody {
+		http.NewResponseController(w).SetReadDeadline(time.Now())
+	}
+}
+
+// eofReader records whether its reader reached the end.
+type eofReader struct {
+	io.ReadCloser
+	eof bool
+}
+
+func (b *eofReader) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
 }

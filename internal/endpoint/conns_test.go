@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,9 +18,15 @@ import (
 // served runs another server over a's managers on a real listener, as
 // the agent does (the test agent's httptest server bypasses Serve).
 func (a *testAgent) served(t *testing.T, edit func(*Config)) string {
+	return a.serve(t, edit, func(*Server) {})
+}
+
+// serve is served with prep run on the server before it serves.
+func (a *testAgent) serve(t *testing.T, edit func(*Config), prep func(*Server)) string {
 	cfg := a.srv.cfg
 	edit(&cfg)
 	srv := New(cfg)
+	prep(srv)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -185,4 +192,230 @@ func TestReserveServesHostRoutesOnly(t *testing.T) {
 		}
 	}
 	ws.CloseNow()
+}
+
+// slowBody sends a request with a 100-byte body of which it sends one
+// byte, as a peer that holds a connection by never finishing its body.
+func slowBody(t *testing.T, addr, method, path string, header ...string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	req := method + " " + path + " HTTP/1.1\r\nHost: agent\r\nContent-Length: 100\r\n"
+	for _, h := range header {
+		req += h + "\r\n"
+	}
+	if _, err := io.WriteString(c, req+"\r\nx"); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// countRequests counts the requests srv starts reading.
+func countRequests(srv *Server, n *atomic.Int64) {
+	state := srv.http.ConnState
+	srv.http.ConnState = func(c net.Conn, s http.ConnState) {
+		if s == http.StateActive {
+			n.Add(1)
+		}
+		state(c, s)
+	}
+}
+
+// dialWSWithin dials the agent's websocket with the token, again while
+// the agent answers 503 (a reserve connection), until ctx ends.
+func dialWSWithin(ctx context.Context, t *testing.T, addr string) *websocket.Conn {
+	t.Helper()
+	for {
+		c, resp, err := dialWS(ctx, addr)
+		switch {
+		case err == nil:
+			t.Cleanup(func() { c.CloseNow() })
+			return c
+		case ctx.Err() != nil:
+			t.Fatalf("websocket dial with the token: %v", err)
+		case resp != nil && resp.StatusCode == http.StatusServiceUnavailable:
+			time.Sleep(50 * time.Millisecond)
+		default:
+			t.Fatalf("websocket dial with the token: %v", err)
+		}
+	}
+}
+
+// TestRefusedSlowBodiesFreeTheirConnections: requests without the token
+// that send a body slowly (a 401 from the agent or a mounted surface, a
+// 404, a 405) get their answer at once and lose their connection, so
+// they cannot fill the unauthenticated share and keep a client with the
+// token out.
+func TestRefusedSlowBodiesFreeTheirConnections(t *testing.T) {
+	t.Parallel()
+	a := newTestAgent(t)
+	var requests atomic.Int64
+	addr := a.serve(t, func(c *Config) { c.MaxConns = 10 }, func(srv *Server) { // 5 unauthenticated
+		// A surface that refuses without reading the body, as each does.
+		srv.Mount("/surface/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusUnauthorized)
+		}))
+		countRequests(srv, &requests)
+	})
+	cases := []struct {
+		method, path string
+		header       []string
+		status       int
+	}{
+		{"POST", "/v1/resume", nil, 401},
+		{"POST", "/v1/resume", []string{"Authorization: Bearer " + testToken[:4]}, 401},
+		{"POST", "/surface/x", []string{"X-Access-Token: wrong"}, 401},
+		{"PUT", "/nope", nil, 404},
+		{"POST", "/health", nil, 405},
+	}
+	// Each fills one slot of the unauthenticated share.
+	var flood []net.Conn
+	for i, c := range cases {
+		flood = append(flood, slowBody(t, addr, c.method, c.path, c.header...))
+		waitFor(t, func() bool { return requests.Load() > int64(i) })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ws := dialWSWithin(ctx, t, addr)
+	if _, msg, err := ws.Read(ctx); err != nil || !strings.Contains(string(msg), `"hello"`) {
+		t.Fatalf("hello: %s %v", msg, err)
+	}
+	for i, c := range flood {
+		want := cases[i]
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s %s with a slow body: %v, want %d at once", want.method, want.path, err, want.status)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != want.status {
+			t.Errorf("%s %s with a slow body: %d, want %d", want.method, want.path, resp.StatusCode, want.status)
+		}
+		if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Errorf("%s %s with a slow body: after the answer read %d, %v; want the agent to close", want.method, want.path, n, err)
+		}
+	}
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting")
+		}
+	}
+}
+
+// TestStaleUnauthenticatedRequestsEvicted: requests without the token
+// that a handler serves for long (a surface reading a body it takes
+// without the token, sent slowly) are evicted for a client with the
+// token once they are older than a header may take.
+func TestStaleUnauthenticatedRequestsEvicted(t *testing.T) {
+	t.Parallel()
+	a := newTestAgent(t)
+	var requests atomic.Int64
+	addr := a.serve(t, func(c *Config) { c.MaxConns = 4 }, func(srv *Server) { // 2 unauthenticated
+		srv.conns.stale = 200 * time.Millisecond
+		srv.Mount("/upload", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+		}))
+		countRequests(srv, &requests)
+	})
+	var flood []net.Conn
+	for i := range 2 {
+		flood = append(flood, slowBody(t, addr, "POST", "/upload"))
+		waitFor(t, func() bool { return requests.Load() > int64(i) })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	dialWSWithin(ctx, t, addr)
+	evicted := 0
+	for _, c := range flood { // the evicted one was closed before the dial's answer
+		c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); errors.Is(err, io.EOF) {
+			evicted++
+		}
+	}
+	if evicted != 1 {
+		t.Fatalf("%d slow uploads evicted for one client, want 1", evicted)
+	}
+}
+
+// TestReserveSlowBodiesFreed: a request on a reserve connection that
+// leaves its body unread gets its answer and loses the connection, so
+// slow bodies cannot fill the reserve and keep the host out.
+func TestReserveSlowBodiesFreed(t *testing.T) {
+	t.Parallel()
+	a := newTestAgent(t)
+	addr := a.served(t, func(c *Config) { c.MaxConns = 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 2 {
+		dialWSWithin(ctx, t, addr)
+	}
+	for i := range reserveConns + 4 {
+		path, status := "/nope", 503
+		if i%2 == 0 {
+			path, status = "/health", 405
+		}
+		c := slowBody(t, addr, "POST", path)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != status {
+			t.Fatalf("POST %s with a slow body on a reserve connection: %v %v, want %d", path, resp, err, status)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Fatalf("POST %s with a slow body on a reserve connection: after the answer read %d, %v; want the agent to close", path, n, err)
+		}
+	}
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if resp, err := rawGet(nc, "/health", ""); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/health after slow bodies on the reserve: %v %v", resp, err)
+	}
+}
+
+// TestServeAlsoShutdown: Shutdown stops a listener ServeAlso serves.
+func TestServeAlsoShutdown(t *testing.T) {
+	t.Parallel()
+	a := newTestAgent(t)
+	srv := New(a.srv.cfg)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() {
+		served <- srv.ServeAlso(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	}()
+	waitFor(t, func() bool {
+		resp, err := http.Get("http://" + l.Addr().String() + "/")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("ServeAlso after Shutdown: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("ServeAlso still serving after Shutdown")
+	}
 }

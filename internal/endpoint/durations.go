@@ -21,3 +21,16 @@ func durationMs(name string, ms int64) (time.Duration, error) {
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
+
+// graceParam checks a grace_ms parameter: absent is the default grace
+// (0), an explicit 0 none at all (-1).
+func graceParam(ms *int64) (time.Duration, error) {
+	if ms == nil {
+		return 0, nil
+	}
+	grace, err := durationMs("grace_ms", *ms)
+	if grace == 0 && err == nil {
+		grace = -1
+	}
+	return grace, err
+}

@@ -14,6 +14,7 @@ func TestDurationMaxima(t *testing.T) {
 	t.Parallel()
 	a := newTestAgent(t)
 	rc := a.dial(t)
+	never := t.TempDir() + "/never-written"
 	for _, c := range []struct {
 		name string
 		req  map[string]any
@@ -23,6 +24,10 @@ func TestDurationMaxima(t *testing.T) {
 		{"exec grace_ms", map[string]any{"op": "exec", "argv": []string{"true"}, "grace_ms": int64(9223372036854775807)}},
 		{"exec timeout_ms beyond 64 bits", map[string]any{"op": "exec", "argv": []string{"true"}, "timeout_ms": 1e20}},
 		{"execute timeout_ms", map[string]any{"op": "execute", "code": "1", "timeout_ms": int64(18446744073710)}},
+		{"file_read grace_ms", map[string]any{"op": "file_read", "path": "/etc/hostname", "grace_ms": int64(9223372036854775807)}},
+		{"file_read grace_ms just above", map[string]any{"op": "file_read", "path": "/etc/hostname", "grace_ms": maxDurationMs + 1}},
+		{"file_write grace_ms", map[string]any{"op": "file_write", "path": never, "grace_ms": int64(9223372036854775807)}},
+		{"file_write grace_ms negative", map[string]any{"op": "file_write", "path": never, "grace_ms": -1}},
 	} {
 		r := rc.call(c.req)
 		if errorCode(r) != "bad_request" {

@@ -260,6 +260,10 @@ func TestFileWriteTakeOver(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "f")
 	id := resultStream(t, rc.call(map[string]any{"op": "file_write", "path": p}))
 	rc.sendRaw(websocket.MessageBinary, wire.AppendData(nil, wire.Data{Type: wire.In, Stream: id, Payload: []byte("hello ")}))
+	// A connection's frames are taken in order, so once a later request
+	// is answered the input has arrived; another connection's attach
+	// could otherwise come first.
+	result(t, rc.call(map[string]any{"op": "list"}))
 	rc2 := a.dial(t)
 	r := result(t, rc2.call(map[string]any{"op": "attach", "stream": id}))
 	if r["received"] != float64(6) || r["kind"] != "file_write" {

@@ -71,13 +71,8 @@ func (s *Server) opExec(c *call) (any, error) {
 		return nil, err
 	}
 	o.Overflow = policy
-	if p.GraceMs != nil {
-		if o.Grace, err = durationMs("grace_ms", *p.GraceMs); err != nil {
-			return nil, err
-		}
-		if o.Grace == 0 {
-			o.Grace = -1 // explicit zero: no grace at all
-		}
+	if o.Grace, err = graceParam(p.GraceMs); err != nil {
+		return nil, err
 	}
 	return s.create(c, p.Attach, s.keepAwake(p.KeepAwake, func() (*stream.Stream, map[string]any, error) {
 		st, err := s.cfg.Procs.Exec(o)

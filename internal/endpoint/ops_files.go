@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/stream"
@@ -233,19 +232,6 @@ func (s *Server) opFileChown(c *call) (any, error) {
 		return nil, err
 	}
 	return nil, s.cfg.Files.Chown(p.User, p.Path, p.Owner, p.Group)
-}
-
-// graceParam reads grace_ms as exec does: absent is the default, 0 none.
-func graceParam(ms *int64) (time.Duration, error) {
-	switch {
-	case ms == nil:
-		return 0, nil
-	case *ms < 0:
-		return 0, wire.Errorf(wire.CodeBadRequest, "grace_ms must not be negative")
-	case *ms == 0:
-		return -1, nil
-	}
-	return time.Duration(*ms) * time.Millisecond, nil
 }
 
 func (s *Server) opFileRead(c *call) (any, error) {

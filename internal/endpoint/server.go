@@ -76,6 +76,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[*Session]struct{}
+	others   []*http.Server // ServeAlso's
 	closing  bool
 	wg       sync.WaitGroup
 }
@@ -125,17 +126,22 @@ func New(cfg Config) *Server {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
 	s.conns = newConns(cfg.MaxConns, s.log)
-	// No ReadTimeout or WriteTimeout: surfaces on this listener stream
-	// for minutes (websockets, downloads, long responses). Handlers that
-	// read small bodies set their own deadline.
-	s.http = &http.Server{
-		Handler:           s.limit(s.mux),
+	s.http = s.server(s.mux, cfg.IdleTimeout)
+	return s
+}
+
+// server is an http.Server for h under the agent's connection limits
+// (conns.go). No ReadTimeout or WriteTimeout: surfaces stream for
+// minutes (websockets, downloads, long responses). Handlers that read
+// small bodies set their own deadline.
+func (s *Server) server(h http.Handler, idle time.Duration) *http.Server {
+	return &http.Server{
+		Handler:           s.limit(h),
 		ReadHeaderTimeout: readHeaderTimeout,
-		IdleTimeout:       cfg.IdleTimeout,
+		IdleTimeout:       idle,
 		ConnState:         s.conns.setState,
 		ConnContext:       connContext,
 	}
-	return s
 }
 
 // Mount serves another surface (an adapter speaking some other client's
@@ -156,8 +162,29 @@ func (s *Server) Serve(l net.Listener) error {
 	return err
 }
 
-// Shutdown stops accepting, closes every websocket with 1001 (going away)
-// and waits for the sessions to end, or for ctx.
+// ServeAlso serves h (another surface, alone on a listener of its own)
+// on l until Shutdown, with the timeouts and connection limits of the
+// agent's listener. The limits are shared: every connection costs a
+// descriptor of the same process, whichever listener took it.
+func (s *Server) ServeAlso(l net.Listener, h http.Handler) error {
+	hs := s.server(h, s.http.IdleTimeout)
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return nil
+	}
+	s.others = append(s.others, hs)
+	s.mu.Unlock()
+	err := hs.Serve(s.conns.listen(l))
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting (on ServeAlso's listeners too), closes every
+// websocket with 1001 (going away) and waits for the sessions to end, or
+// for ctx.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
@@ -165,7 +192,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for ss := range s.sessions {
 		sessions = append(sessions, ss)
 	}
+	others := s.others
 	s.mu.Unlock()
+	for _, hs := range others {
+		hs.Shutdown(ctx)
+	}
 	err := s.http.Shutdown(ctx)
 	for _, ss := range sessions {
 		ss.closeWith(closeGoingAway, "agent shutting down")

@@ -26,11 +26,14 @@ const (
 	keepaliveHeader  = "Keepalive-Ping-Interval"
 	defaultKeepalive = 90 * time.Second
 	minKeepalive     = time.Second
+	// maxKeepalive bounds the interval asked for, far below where its
+	// nanoseconds overflow (and wrap to some other interval).
+	maxKeepalive = time.Hour
 )
 
 func keepaliveInterval(h http.Header) time.Duration {
 	if n, err := strconv.Atoi(h.Get(keepaliveHeader)); err == nil && n > 0 {
-		return max(time.Duration(n)*time.Second, minKeepalive)
+		return max(time.Duration(min(n, int(maxKeepalive/time.Second)))*time.Second, minKeepalive)
 	}
 	return defaultKeepalive
 }

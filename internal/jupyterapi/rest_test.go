@@ -33,6 +33,13 @@ func TestAuthForms(t *testing.T) {
 		{"wrong scheme", "api/kernelspecs", []string{"Authorization", "Basic " + testToken}, 403},
 		{"wrong query", "api/kernels?token=nope", nil, 403},
 		{"header wins over query", "api/kernels?token=" + testToken, []string{"Authorization", "token nope"}, 403},
+		// Near misses of the token, in each form.
+		{"token header, a prefix", "api/kernelspecs", []string{"Authorization", "token " + testToken[:len(testToken)-1]}, 403},
+		{"token header, more", "api/kernelspecs", []string{"Authorization", "token " + testToken + "x"}, 403},
+		{"token header, empty", "api/kernelspecs", []string{"Authorization", "token "}, 403},
+		{"query, a prefix", "api/kernelspecs?token=" + testToken[:len(testToken)-1], nil, 403},
+		{"query, more", "api/kernelspecs?token=" + testToken + "x", nil, 403},
+		{"query, empty", "api/kernelspecs?token=", nil, 403},
 		{"websocket without token", "api/kernels/k1/channels", nil, 403},
 		{"resource without token", "kernelspecs/python3/logo-64x64.png", nil, 403},
 		// The agent's own routes keep their own auth.

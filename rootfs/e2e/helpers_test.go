@@ -179,7 +179,7 @@ func TestSoakReportFindsProblems(t *testing.T) {
 		rep.reconnects = append(rep.reconnects, 20) // a second reconnect in a generation is no error
 		rep.final.ResumeGeneration = 20
 		for _, c := range []uint64{0, 10, 20} {
-			rep.samples = append(rep.samples, footprint{cycle: c, rss: 20 << 20, fds: 30, threads: 8, goroutines: 60, live: 8 << 20, retained: 3 << 20})
+			rep.samples = append(rep.samples, footprint{cycle: c, rss: 20 << 20, fds: 30, threads: 8, goroutines: 60, live: 8 << 20, retained: 3 << 20, ended: soakKeepEnded})
 		}
 		rep.samples[0].rss = 10 << 20 // growth before the first cycle is warm-up
 		// Retention may grow, and RSS with it.
@@ -223,6 +223,8 @@ func TestSoakReportFindsProblems(t *testing.T) {
 		}, "live heap less retention"},
 		{"output dropped", func(r *soakReport) { r.samples[2].lost = 7 }, "discarded 7 bytes or events"},
 		{"threads grow", func(r *soakReport) { r.samples[2].threads += threadSlack + 1 }, "threads"},
+		{"more ended streams kept than --keep-ended", func(r *soakReport) { r.samples[2].ended++ }, "31 ended streams after cycle 20"},
+		{"more ended streams kept at the first reading", func(r *soakReport) { r.samples[0].ended += 5 }, "35 ended streams after cycle 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep := good()
