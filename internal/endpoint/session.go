@@ -271,6 +271,9 @@ func (ss *Session) write(f outFrame) bool {
 	if f.binary {
 		typ = websocket.MessageBinary
 	}
+	// Counted as the frame is handed to the connection, as HTTP responses
+	// are: a client that has read it finds it counted.
+	ss.srv.cfg.Traffic.Out(len(f.msg) + len(f.payload))
 	var err error
 	if f.payload != nil {
 		err = ss.writeFragments(typ, f.msg, f.payload)
@@ -281,7 +284,6 @@ func (ss *Session) write(f outFrame) bool {
 		ss.conn.CloseNow()
 		return false
 	}
-	ss.srv.cfg.Traffic.Out(len(f.msg) + len(f.payload))
 	return true
 }
 
