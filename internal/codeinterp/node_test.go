@@ -18,7 +18,7 @@ func TestE2BCodeInterpreter(t *testing.T) {
 	env := []string{"RAYITO_URL=" + a.url, "RAYITO_TOKEN=" + testToken, "RAYITO_CWD=" + t.TempDir()}
 	for _, c := range []string{"state", "streams", "errors", "rich", "env", "contexts"} {
 		t.Run(c, func(t *testing.T) {
-			nodetest.Run(t, "nodetest", "codeinterp_test.js", env, c)
+			nodetest.Run(t, reaper, "nodetest", "codeinterp_test.js", env, c)
 		})
 	}
 

@@ -1,16 +1,13 @@
 package envdapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
+
+	"github.com/rayito/rayito-agent/internal/nodetest"
 )
 
 // nodeDir holds the Node test and its pinned packages (make node-deps).
@@ -20,15 +17,7 @@ const nodeDir = "nodetest"
 // include Node tests (RAYITO_NODE_TESTS=1, as make sets it): then it fails.
 func needNode(t testing.TB) {
 	t.Helper()
-	_, errNode := exec.LookPath("node")
-	_, errMods := os.Stat(filepath.Join(nodeDir, "node_modules", "e2b", "package.json"))
-	if errNode == nil && errMods == nil {
-		return
-	}
-	if os.Getenv("RAYITO_NODE_TESTS") == "1" {
-		t.Fatalf("node or the e2b package is missing (run make node-deps): %v %v", errNode, errMods)
-	}
-	t.Skip("node or the e2b package is missing; make node-deps installs them")
+	nodetest.Require(t, nodeDir, "e2b")
 }
 
 // fakeAPI answers what the e2b SDK asks of E2B's API to create a sandbox,
@@ -73,17 +62,10 @@ func TestSDK(t *testing.T) {
 	open := newAgent(t, agentOptions{open: true})
 	secured := newAgent(t, agentOptions{})
 	api := fakeAPI(t, open)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "--test", "--test-reporter=spec", "envd.test.mjs")
-	cmd.Dir = nodeDir
-	cmd.Env = append(os.Environ(),
-		"RAYITO_OPEN_URL="+open.url, "RAYITO_SECURED_URL="+secured.url, "RAYITO_API_URL="+api.URL,
-		"RAYITO_TOKEN="+nativeToken, "RAYITO_TMP="+t.TempDir(),
-		"E2B_DEBUG=", "E2B_API_KEY=", "E2B_ACCESS_TOKEN=", "E2B_SANDBOX_URL=", "E2B_DOMAIN=")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node: %v\n%s", err, out)
-	}
+	out := nodetest.Run(t, testReaper(t), nodeDir, "--test", []string{
+		"RAYITO_OPEN_URL=" + open.url, "RAYITO_SECURED_URL=" + secured.url, "RAYITO_API_URL=" + api.URL,
+		"RAYITO_TOKEN=" + nativeToken, "RAYITO_TMP=" + t.TempDir(),
+		"E2B_DEBUG=", "E2B_API_KEY=", "E2B_ACCESS_TOKEN=", "E2B_SANDBOX_URL=", "E2B_DOMAIN=",
+	}, "--test-reporter=spec", "envd.test.mjs")
 	t.Logf("%s", out)
 }

@@ -39,7 +39,7 @@ func TestJupyterLabServices(t *testing.T) {
 						defer cancel()
 						a.api.CutForResume(ctx, uint64(cuts+1))
 					}
-					nodetest.RunWatching(t, "nodetest", "jupyter_test.js", env, onLine, c)
+					nodetest.RunWatching(t, reaper, "nodetest", "jupyter_test.js", env, onLine, c)
 					if want := map[bool]int{true: 1}[c == "resume"]; cuts != want {
 						t.Fatalf("the script asked for %d cuts, want %d", cuts, want)
 					}

@@ -5,14 +5,17 @@ package nodetest
 
 import (
 	"bufio"
-	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rayito/rayito-agent/internal/proc"
 )
 
 // scriptBound bounds one script run: kernel starts are slow on a loaded
@@ -43,9 +46,14 @@ func Require(t testing.TB, dir, pkg string) {
 // Run runs `node script args...` in dir with env added to the
 // environment, and fails the test with the script's output if it exits
 // non-zero. It returns the output.
-func Run(t testing.TB, dir, script string, env []string, args ...string) string {
+//
+// The script is started and waited for through r, the test process's
+// reaper: a reaper reaps every child of its process, as the agent's must,
+// so a child started with os/exec could have its exit collected by the
+// reaper first and its Wait fail with "no child processes".
+func Run(t testing.TB, r *proc.Reaper, dir, script string, env []string, args ...string) string {
 	t.Helper()
-	return RunWatching(t, dir, script, env, nil, args...)
+	return RunWatching(t, r, dir, script, env, nil, args...)
 }
 
 // RunWatching is Run that also hands each line the script writes, as it
@@ -53,32 +61,39 @@ func Run(t testing.TB, dir, script string, env []string, args ...string) string 
 // example to have it act on the agent while the client is connected.
 // onLine runs on the test's goroutine and the script waits for nothing
 // from it.
-func RunWatching(t testing.TB, dir, script string, env []string, onLine func(string), args ...string) string {
+func RunWatching(t testing.TB, r *proc.Reaper, dir, script string, env []string, onLine func(string), args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), scriptBound)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", append([]string{script}, args...)...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	r, w, err := os.Pipe()
+	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	cmd.Stdout, cmd.Stderr = w, w
-	err = cmd.Start()
+	stdin, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	rd, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	attr := &syscall.ProcAttr{
+		Dir:   dir,
+		Env:   append(os.Environ(), env...),
+		Files: []uintptr{stdin.Fd(), w.Fd(), w.Fd()},
+		Sys:   &syscall.SysProcAttr{Setpgid: true}, // so the bound kills what it started too
+	}
+	pid, exited, err := r.ForkExec(node, append([]string{"node", script}, args...), attr)
 	w.Close()
 	if err != nil {
 		t.Fatalf("node %s %v: %v", script, args, err)
 	}
-	// Wait from the start, as CombinedOutput does: a test that runs a
-	// proc.Reaper would reap the script first if nobody were waiting yet.
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	bound := time.AfterFunc(scriptBound, func() { r.Kill(pid, syscall.SIGKILL, true) })
+	defer bound.Stop()
 	// The pipe ends when the script and anything it started have exited,
 	// or been killed at the bound.
 	var out strings.Builder
-	lines := bufio.NewScanner(r)
+	lines := bufio.NewScanner(rd)
 	lines.Buffer(nil, 1<<20)
 	for lines.Scan() {
 		out.WriteString(lines.Text() + "\n")
@@ -86,9 +101,17 @@ func RunWatching(t testing.TB, dir, script string, env []string, onLine func(str
 			onLine(lines.Text())
 		}
 	}
-	io.Copy(&out, r) // what follows a line too long to scan
-	if err := <-exited; err != nil {
-		t.Fatalf("node %s %v: %v\n%s", script, args, err, out.String())
+	io.Copy(&out, rd) // what follows a line too long to scan
+	if st := <-exited; st.ExitCode() != 0 {
+		t.Fatalf("node %s %v: %v\n%s", script, args, exitError(st), out.String())
 	}
 	return out.String()
+}
+
+// exitError says how the script ended.
+func exitError(st proc.Status) error {
+	if st.Wait.Signaled() {
+		return fmt.Errorf("killed by %v (at the %v bound?)", st.Wait.Signal(), scriptBound)
+	}
+	return fmt.Errorf("exit status %d", st.ExitCode())
 }
