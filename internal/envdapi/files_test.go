@@ -12,7 +12,6 @@ import (
 	"net/textproto"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/filesystem"
 	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/files/filestest"
+	"golang.org/x/sys/unix"
 )
 
 // filesCall sends one /files request with the token and returns the
@@ -288,10 +288,12 @@ func TestFilesUploadDiskFull(t *testing.T) {
 		t.Skip("needs root to mount a tmpfs")
 	}
 	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v: %s", err, out)
+	// By system call: a mount command's exit could be reaped by the
+	// package's reaper before its Wait.
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
 	}
-	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	t.Cleanup(func() { unix.Unmount(dir, 0) })
 	a := newAgent(t, agentOptions{})
 	target := filepath.Join(dir, "f")
 	mustWrite(t, target, "old")
