@@ -1,17 +1,16 @@
 package jupyter
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"os"
 	"os/user"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rayito/rayito-agent/internal/proc/proctest"
 
 	"github.com/rayito/rayito-agent/internal/stream"
 )
@@ -293,30 +292,12 @@ func TestInterruptByMessage(t *testing.T) {
 func waitStopped(t testing.TB, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(waitFor)
-	for !allStopped(pid) {
+	for !proctest.Stopped(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("process %d did not stop", pid)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-func allStopped(pid int) bool {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil || len(tasks) == 0 {
-		return false
-	}
-	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
-		if err != nil {
-			return false
-		}
-		st := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(st) == 0 || (st[0] != "T" && st[0] != "t") {
-			return false
-		}
-	}
-	return true
 }
 
 // TestBusyKernelStopsPolitely: restarting or shutting down a kernel whose

@@ -3,7 +3,6 @@ package jupyterapi_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rayito/rayito-agent/internal/proc/proctest"
 )
 
 func TestAuthForms(t *testing.T) {
@@ -320,7 +321,7 @@ func TestExecutionState(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
-	eventually(t, "the kernel process is stopped", func() bool { return stopped(pid) })
+	eventually(t, "the kernel process is stopped", func() bool { return proctest.Stopped(pid) })
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	res := a.kernels.Check(ctx)
 	cancel()
@@ -338,24 +339,4 @@ func TestExecutionState(t *testing.T) {
 	// The checks' requests queued while it was stopped make it busy for a
 	// moment as it answers them.
 	eventually(t, "the continued kernel's model is idle", func() bool { return state() == "idle" })
-}
-
-// stopped tells whether every thread of the process is stopped.
-func stopped(pid int) bool {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil || len(tasks) == 0 {
-		return false
-	}
-	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
-		if err != nil {
-			return false
-		}
-		// The state follows the command name, which is in parentheses.
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
-			return false
-		}
-	}
-	return true
 }

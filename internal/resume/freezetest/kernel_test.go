@@ -1,14 +1,14 @@
 package freezetest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rayito/rayito-agent/internal/proc/proctest"
 
 	"github.com/rayito/rayito-agent/client"
 )
@@ -168,20 +168,6 @@ func TestHungKernelAtResume(t *testing.T) {
 func waitStopped(t testing.TB, pid int) {
 	t.Helper()
 	eventually(t, fmt.Sprintf("every thread of %d stopped", pid), func() bool {
-		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		if err != nil || len(tasks) == 0 {
-			return false
-		}
-		for _, task := range tasks {
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
-			if err != nil {
-				return false
-			}
-			st := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-			if len(st) == 0 || (st[0] != "T" && st[0] != "t") {
-				return false
-			}
-		}
-		return true
+		return proctest.Stopped(pid)
 	})
 }
