@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -213,6 +214,23 @@ func slowBody(t *testing.T, addr, method, path string, header ...string) net.Con
 	return c
 }
 
+// answeredAndClosed reads the answer to the request sent on c, which must
+// come at once, and then expects the agent to close c. It returns the
+// answer's status.
+func answeredAndClosed(c net.Conn) (int, error) {
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return 0, fmt.Errorf("no answer at once: %w", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		return resp.StatusCode, fmt.Errorf("after the answer read %d, %v; want the agent to close", n, err)
+	}
+	return resp.StatusCode, nil
+}
+
 // countRequests counts the requests srv starts reading.
 func countRequests(srv *Server, n *atomic.Int64) {
 	state := srv.http.ConnState
@@ -285,18 +303,12 @@ func TestRefusedSlowBodiesFreeTheirConnections(t *testing.T) {
 	}
 	for i, c := range flood {
 		want := cases[i]
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, nil)
+		status, err := answeredAndClosed(c)
 		if err != nil {
-			t.Fatalf("%s %s with a slow body: %v, want %d at once", want.method, want.path, err, want.status)
+			t.Errorf("%s %s with a slow body: %v", want.method, want.path, err)
 		}
-		io.Copy(io.Discard, resp.Body)
-		if resp.StatusCode != want.status {
-			t.Errorf("%s %s with a slow body: %d, want %d", want.method, want.path, resp.StatusCode, want.status)
-		}
-		if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
-			t.Errorf("%s %s with a slow body: after the answer read %d, %v; want the agent to close", want.method, want.path, n, err)
+		if status != want.status {
+			t.Errorf("%s %s with a slow body: %d, want %d", want.method, want.path, status, want.status)
 		}
 	}
 }
@@ -363,16 +375,9 @@ func TestReserveSlowBodiesFreed(t *testing.T) {
 		if i%2 == 0 {
 			path, status = "/health", 405
 		}
-		c := slowBody(t, addr, "POST", path)
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil || resp.StatusCode != status {
-			t.Fatalf("POST %s with a slow body on a reserve connection: %v %v, want %d", path, resp, err, status)
-		}
-		io.Copy(io.Discard, resp.Body)
-		if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
-			t.Fatalf("POST %s with a slow body on a reserve connection: after the answer read %d, %v; want the agent to close", path, n, err)
+		got, err := answeredAndClosed(slowBody(t, addr, "POST", path))
+		if err != nil || got != status {
+			t.Fatalf("POST %s with a slow body on a reserve connection: %d %v, want %d", path, got, err, status)
 		}
 	}
 	nc, err := net.Dial("tcp", addr)
