@@ -24,14 +24,7 @@ func TestResumeCutDeliversWhatWasWritten(t *testing.T) {
 	s, pid := started(t, a, withStdin(startReq("head -c 6000000 /dev/zero; read x; echo after $x")))
 
 	// The client reads nothing, so the command fills its log and blocks.
-	out := a.streams.Find(int(pid), "").Log("stdout")
-	deadline := time.Now().Add(waitLong)
-	for st := out.Stats(); st.End-st.Start < stream.DefaultByteCapacity; st = out.Stats() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the log never filled: %+v", st)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	out := waitStdoutFull(t, a, pid)
 	written := out.Stats().End
 
 	cut := make(chan struct{})
@@ -142,14 +135,7 @@ func TestResumeCutWithClientNotReading(t *testing.T) {
 
 	// The client reads nothing after the start event: the connection's
 	// buffers fill, the handler blocks on a write, then the log fills.
-	out := a.streams.Find(int(pid), "").Log("stdout")
-	deadline := time.Now().Add(waitLong)
-	for st := out.Stats(); st.End-st.Start < stream.DefaultByteCapacity; st = out.Stats() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the log never filled: %+v", st)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitStdoutFull(t, a, pid)
 	if n := a.envd.InFlight(); n != 1 {
 		t.Fatalf("%d calls in flight, want the Start stream", n)
 	}
@@ -197,4 +183,20 @@ func TestResumeCutWithClientNotReading(t *testing.T) {
 	if again.err != nil || again.end.GetStatus() != "signal: killed" {
 		t.Fatalf("after the cut: end %v, err %v", again.end, again.err)
 	}
+}
+
+// waitStdoutFull waits until the stdout log of the process pid holds as
+// much as it can (its command then blocks on its next write) and returns
+// the log.
+func waitStdoutFull(t *testing.T, a *agent, pid uint32) *stream.Log {
+	t.Helper()
+	out := a.streams.Find(int(pid), "").Log("stdout")
+	deadline := time.Now().Add(waitLong)
+	for st := out.Stats(); st.End-st.Start < stream.DefaultByteCapacity; st = out.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log never filled: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return out
 }
