@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -35,7 +36,8 @@ import (
 //     closed at once.
 //
 // A client connects and sends its request at once, so under a flood of
-// request-less connections it is the flood's older connections that go.
+// request-less connections it is the flood's older connections that go;
+// a request that has arrived but is not read yet counts as sent.
 const (
 	// reserveConns is how many connections beyond maxConns serve /health
 	// and the host routes.
@@ -198,8 +200,27 @@ func (t *conns) admit(nc net.Conn) *conn {
 
 // victimLocked picks the connection to evict among the normal or the
 // reserve ones: idle before request-less before stale, unauthenticated
-// first (only those while too many are), oldest first.
+// first (only those while too many are), oldest first. An idle or new
+// connection whose request is already in its socket buffer is not
+// silent, only not read yet (a flood being accepted on another listener
+// can outpace the goroutine that reads it): it is passed over.
 func (t *conns) victimLocked(reserve bool) *conn {
+	var waiting map[*conn]bool
+	for {
+		c := t.candidateLocked(reserve, waiting)
+		if c == nil || c.state == http.StateActive || !unread(c.Conn) {
+			return c
+		}
+		if waiting == nil {
+			waiting = map[*conn]bool{}
+		}
+		waiting[c] = true
+	}
+}
+
+// candidateLocked is victimLocked's pick among the connections not in
+// skip, by state and age alone.
+func (t *conns) candidateLocked(reserve bool, skip map[*conn]bool) *conn {
 	now := time.Now()
 	var best *conn
 	rank := func(c *conn) int {
@@ -217,7 +238,7 @@ func (t *conns) victimLocked(reserve bool) *conn {
 	}
 	for c := range t.open {
 		switch {
-		case c.reserve != reserve:
+		case c.reserve != reserve || skip[c]:
 			continue
 		case c.state == http.StateIdle || c.state == http.StateNew:
 		case c.state == http.StateActive && !c.authed && now.Sub(c.changed) >= t.stale:
@@ -232,6 +253,23 @@ func (t *conns) victimLocked(reserve bool) *conn {
 		}
 	}
 	return best
+}
+
+// unread reports whether nc's socket holds bytes the server has not read.
+func unread(nc net.Conn) bool {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	rc.Control(func(fd uintptr) {
+		n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+	})
+	return n > 0
 }
 
 // dropLocked stops tracking c; its Close then does nothing more.

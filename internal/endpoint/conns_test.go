@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"go.uber.org/zap"
 )
 
 // served runs another server over a's managers on a real listener, as
@@ -422,5 +423,52 @@ func TestServeAlsoShutdown(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("ServeAlso still serving after Shutdown")
+	}
+}
+
+// TestUnreadRequestNotEvicted: a connection whose request has arrived but
+// that the server has not read yet (its goroutine lags behind a flood
+// accepted on another listener) is not taken for a silent one: the flood
+// evicts its own request-less connections, older or not.
+func TestUnreadRequestNotEvicted(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var clients []net.Conn
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	accept := func(request string) net.Conn {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+		if request != "" {
+			if _, err := io.WriteString(c, request); err != nil {
+				t.Fatal(err)
+			}
+		}
+		nc, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc
+	}
+	tr := newConns(4, zap.NewNop()) // at most 2 unauthenticated
+	client := tr.admit(accept("GET /health HTTP/1.1\r\nHost: agent\r\n\r\n"))
+	silent := tr.admit(accept(""))
+	waitFor(t, func() bool { return unread(client.Conn) })
+	next := tr.admit(accept(""))
+	if next == nil || next.reserve {
+		t.Fatalf("a connection over the unauthenticated limit: %+v, want one served after an eviction", next)
+	}
+	if client.closed.Load() || !silent.closed.Load() {
+		t.Fatalf("evicted: the unread request %v, the silent connection %v; want only the silent one", client.closed.Load(), silent.closed.Load())
 	}
 }
