@@ -3,10 +3,12 @@ package endpoint
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -44,11 +46,15 @@ func TestSlowInitBodyBlocksNobody(t *testing.T) {
 	t.Parallel()
 	a := newTestAgent(t)
 	a.srv.cfg.Auth = NewAuth("")
-	// The agent's handler, behind a door that says when an init entered.
+	// The agent's handler, behind a door that says when an init started
+	// reading its body: past its token check, which the host's init
+	// would otherwise make fail (and then net/http, not the agent, would
+	// wait for the rest of the body: the agent's own server drops such
+	// connections, this test server does not).
 	entered := make(chan struct{}, 2)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/init" {
-			entered <- struct{}{}
+			r.Body = &firstRead{ReadCloser: r.Body, done: entered}
 		}
 		a.srv.Handler().ServeHTTP(w, r)
 	}))
@@ -62,7 +68,7 @@ func TestSlowInitBodyBlocksNobody(t *testing.T) {
 	if _, err := slow.Write([]byte("POST /v1/init HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")); err != nil {
 		t.Fatal(err)
 	}
-	<-entered // the slow request is in the handler
+	<-entered // the slow request is reading its body
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -118,4 +124,16 @@ func TestHostBodiesMustBeObjects(t *testing.T) {
 	if e, _ := m["error"].(map[string]any); status != 400 || e["message"] != "malformed body: env must be an object, not a number" {
 		t.Fatalf("env of the wrong type: %d %v", status, m)
 	}
+}
+
+// firstRead sends on done when its first Read starts.
+type firstRead struct {
+	io.ReadCloser
+	done chan<- struct{}
+	once sync.Once
+}
+
+func (f *firstRead) Read(p []byte) (int, error) {
+	f.once.Do(func() { f.done <- struct{}{} })
+	return f.ReadCloser.Read(p)
 }
