@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rayito/rayito-agent/client"
+	"github.com/rayito/rayito-agent/internal/proc/proctest"
 )
 
 // transferSize is what each transfer benchmark moves per iteration.
@@ -95,12 +95,18 @@ func BenchmarkFileTransfer(b *testing.B) {
 	}
 	run("tcp-copy", func() error { return tcpCopy(src, dst, false) })
 	run("tcp-copy+fsync", func() error { return tcpCopy(src, dst, true) })
-	run("cp", func() error { return exec.Command("cp", src, dst).Run() })
+	// Through the reaper: this process runs one (the agent's managers).
+	r := testReaper(b)
+	command := func(argv ...string) error {
+		_, err := proctest.Run(r, argv...)
+		return err
+	}
+	run("cp", func() error { return command("cp", src, dst) })
 	run("cp+fsync", func() error {
-		if err := exec.Command("cp", src, dst).Run(); err != nil {
+		if err := command("cp", src, dst); err != nil {
 			return err
 		}
-		return exec.Command("sync", dst).Run()
+		return command("sync", dst)
 	})
 	run("ws-download", func() error {
 		r, err := c.Files().Open(ctx, src)

@@ -11,8 +11,6 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rayito/rayito-agent/client"
+	"github.com/rayito/rayito-agent/internal/nodetest"
 )
 
 // The benchmarks compare the envd API with the native protocol on one
@@ -57,14 +56,9 @@ func reportP50(b *testing.B, path string, lat []time.Duration) time.Duration {
 // nodeBench runs nodetest/bench.mjs and returns what it measured.
 func nodeBench(b *testing.B, url, mode string, n int, args ...string) []time.Duration {
 	needNode(b)
-	cmd := exec.Command("node", append([]string{"nodetest/bench.mjs", url, mode, strconv.Itoa(n)}, args...)...)
-	cmd.Env = append(os.Environ(), "RAYITO_TOKEN="+nativeToken)
-	out, err := cmd.Output()
-	if err != nil {
-		b.Fatalf("node: %v %s", err, out)
-	}
+	out := nodetest.Run(b, testReaper(b), ".", "nodetest/bench.mjs", []string{"RAYITO_TOKEN=" + nativeToken}, append([]string{url, mode, strconv.Itoa(n)}, args...)...)
 	var us []float64
-	if err := json.Unmarshal(out, &us); err != nil {
+	if err := json.Unmarshal([]byte(out), &us); err != nil {
 		b.Fatalf("node printed %q: %v", out, err)
 	}
 	lat := make([]time.Duration, len(us))

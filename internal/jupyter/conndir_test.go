@@ -2,11 +2,11 @@ package jupyter
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 
+	"github.com/rayito/rayito-agent/internal/proc/proctest"
 	"go.uber.org/zap"
 )
 
@@ -16,8 +16,8 @@ import (
 func TestStaleConnDirsRemoved(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
-	gone := exec.Command("true")
-	if err := gone.Run(); err != nil {
+	gone, err := proctest.Run(env.reaper, "true")
+	if err != nil {
 		t.Fatal(err)
 	}
 	mk := func(name string) string {
@@ -28,7 +28,7 @@ func TestStaleConnDirsRemoved(t *testing.T) {
 		os.WriteFile(filepath.Join(d, "connection.json"), []byte("{}"), 0o600)
 		return d
 	}
-	stale := mk(connDirPrefix + strconv.Itoa(gone.Process.Pid) + "-123")
+	stale := mk(connDirPrefix + strconv.Itoa(gone) + "-123")
 	mine := mk(connDirPrefix + strconv.Itoa(os.Getpid()) + "-456")
 	parent := mk(connDirPrefix + strconv.Itoa(os.Getppid()) + "-789")
 	other := mk(connDirPrefix + "4242") // not ours to judge

@@ -3,6 +3,7 @@ package jupyter
 import (
 	"testing"
 
+	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/stream"
 )
 
@@ -11,6 +12,9 @@ import (
 
 // SharedManager returns the manager and registry the tests share.
 func SharedManager() (*Manager, *stream.Registry) { return env.mgr, env.reg }
+
+// SharedReaper is the test binary's reaper: every child goes through it.
+func SharedReaper() *proc.Reaper { return env.reaper }
 
 // DirectClient connects the baseline ZeroMQ client to the kernel's
 // current process and returns a function that runs code to its end.

@@ -25,6 +25,7 @@ import (
 	"github.com/rayito/rayito-agent/internal/endpoint"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/jupyterapi"
+	"github.com/rayito/rayito-agent/internal/proc/proctest"
 )
 
 const (
@@ -219,7 +220,7 @@ type jupyterServer struct {
 // skips when it is not installed. The test binary's reaper reaps it, so
 // its exit is watched with kill(pid, 0), never with Wait.
 func startJupyterServer(b *testing.B) *jupyterServer {
-	if err := exec.Command(jupyterPython, "-c", "import jupyter_server").Run(); err != nil {
+	if _, err := proctest.Run(jupyter.SharedReaper(), jupyterPython, "-c", "import jupyter_server"); err != nil {
 		b.Skip("jupyter_server is not installed (apt-get install python3-jupyter-server; make bench does)")
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
