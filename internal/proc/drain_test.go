@@ -36,3 +36,33 @@ func TestDrainBoundWithStalledClient(t *testing.T) {
 		t.Errorf("end %+v, want the leader's exit code 0", e)
 	}
 }
+
+// TestCloseDoesNotWaitForFullLogs: shutting the manager down ends a
+// command whose block log is full and unread at once, not at the drain
+// bound (30 s): its reader waits on the log, not on the pipe, so the
+// command's death alone does not end the stream.
+func TestCloseDoesNotWaitForFullLogs(t *testing.T) {
+	m := testManager(t)
+	s, err := m.Exec(ExecOptions{Spec: Spec{Argv: []string{"yes"}}, Buffer: 64 << 10, Overflow: stream.Block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Attach(nil, 0) // and never reads
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for s.Logs()[0].Stats().End < 64<<10 { // full: yes's reader now waits on the log
+		time.Sleep(10 * time.Millisecond)
+	}
+	closed := make(chan struct{})
+	go func() { m.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(drainMax / 2):
+		t.Fatalf("Close still waiting %v after it began, with a full log nobody reads (drain bound %v)", drainMax/2, drainMax)
+	}
+	if e := s.Ended(); e == nil || e.Signal != "SIGTERM" {
+		t.Fatalf("end %+v, want the stream ended by the shutdown's SIGTERM", e)
+	}
+}

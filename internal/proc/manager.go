@@ -29,6 +29,7 @@ type Manager struct {
 	mu      sync.Mutex
 	running map[int]*process
 	closed  bool
+	closing chan struct{}  // closed with closed: drains stop waiting
 	wg      sync.WaitGroup // every process's run and terminate goroutines
 }
 
@@ -38,7 +39,7 @@ func NewManager(reg *stream.Registry, reaper *Reaper, defaults *Defaults, log *z
 		log = zap.NewNop()
 	}
 	return &Manager{reg: reg, reaper: reaper, defaults: defaults, log: log, running: make(map[int]*process),
-		drainIdle: drainIdle, drainMax: drainMax}
+		closing: make(chan struct{}), drainIdle: drainIdle, drainMax: drainMax}
 }
 
 // ExecOptions is an `exec` request after decoding.
@@ -127,7 +128,10 @@ func (m *Manager) spawn(res Resolved, o ExecOptions, reserved *stream.Reservatio
 // KillGrace) and waits until their streams have ended.
 func (m *Manager) Close() {
 	m.mu.Lock()
-	m.closed = true
+	if !m.closed {
+		m.closed = true
+		close(m.closing)
+	}
 	m.wg.Add(1) // held while terminations start, so wg never drops to 0 between their Adds
 	procs := make([]*process, 0, len(m.running))
 	for _, p := range m.running {

@@ -99,16 +99,20 @@ wait:
 	}
 
 	// The leader is gone; wait for the pipes to reach EOF, but not forever
-	// if a background member holds them open without producing output.
+	// if a background member holds them open without producing output,
+	// and not at all once the agent shuts down: a reader may be blocked
+	// on a full log nobody will read again.
 	tick := time.NewTicker(groupPoll)
 	idle := time.Duration(0)
 	seen := progress.Load()
 	limit := time.Now().Add(p.m.drainMax)
-	drained := false
-	for !drained && idle < p.m.drainIdle && time.Now().Before(limit) {
+	drained, closing := false, false
+	for !drained && !closing && idle < p.m.drainIdle && time.Now().Before(limit) {
 		select {
 		case <-readersDone:
 			drained = true
+		case <-p.m.closing:
+			closing = true
 		case <-tick.C:
 			p.groupAlive() // notice the group's end before its number is reused
 			switch now := progress.Load(); {
