@@ -54,6 +54,9 @@ const (
 	// send a header, so a slow body holds a slot no longer than a slow
 	// header does. Signed file transfers (envd) are such requests.
 	staleUnauth = readHeaderTimeout
+	// maxUnreadSkips bounds how many connections with an unread request
+	// one eviction passes over.
+	maxUnreadSkips = 8
 )
 
 // ConnLimitFor is the number of connections served at once for a
@@ -203,12 +206,14 @@ func (t *conns) admit(nc net.Conn) *conn {
 // first (only those while too many are), oldest first. An idle or new
 // connection whose request is already in its socket buffer is not
 // silent, only not read yet (a flood being accepted on another listener
-// can outpace the goroutine that reads it): it is passed over.
+// can outpace the goroutine that reads it): it is passed over, up to
+// maxUnreadSkips of them, so a flood whose every connection sends a byte
+// at once costs a bounded number of scans per admission.
 func (t *conns) victimLocked(reserve bool) *conn {
 	var waiting map[*conn]bool
 	for {
 		c := t.candidateLocked(reserve, waiting)
-		if c == nil || c.state == http.StateActive || !unread(c.Conn) {
+		if c == nil || c.state == http.StateActive || len(waiting) == maxUnreadSkips || !unread(c.Conn) {
 			return c
 		}
 		if waiting == nil {

@@ -460,8 +460,9 @@ func TestUnreadRequestNotEvicted(t *testing.T) {
 		}
 		return nc
 	}
+	request := "GET /health HTTP/1.1\r\nHost: agent\r\n\r\n"
 	tr := newConns(4, zap.NewNop()) // at most 2 unauthenticated
-	client := tr.admit(accept("GET /health HTTP/1.1\r\nHost: agent\r\n\r\n"))
+	client := tr.admit(accept(request))
 	silent := tr.admit(accept(""))
 	waitFor(t, func() bool { return unread(client.Conn) })
 	next := tr.admit(accept(""))
@@ -470,5 +471,26 @@ func TestUnreadRequestNotEvicted(t *testing.T) {
 	}
 	if client.closed.Load() || !silent.closed.Load() {
 		t.Fatalf("evicted: the unread request %v, the silent connection %v; want only the silent one", client.closed.Load(), silent.closed.Load())
+	}
+
+	// A flood whose every connection sends a request at once, none read:
+	// an eviction passes over maxUnreadSkips of them, then takes the
+	// next oldest, rather than scanning them all for every admission.
+	const n = 2 * (maxUnreadSkips + 2)
+	tr = newConns(2*n, zap.NewNop()) // at most n unauthenticated
+	var flood []*conn
+	for range n {
+		c := tr.admit(accept(request))
+		waitFor(t, func() bool { return unread(c.Conn) })
+		flood = append(flood, c)
+		time.Sleep(time.Millisecond) // distinct ages
+	}
+	if next := tr.admit(accept(request)); next == nil || next.reserve {
+		t.Fatalf("over the limit with %d unread requests: %+v, want one served after an eviction", n, next)
+	}
+	for i, c := range flood {
+		if want := i == maxUnreadSkips; c.closed.Load() != want {
+			t.Errorf("connection %d of %d with an unread request: evicted %v, want only the one after the %d oldest skipped", i, n, c.closed.Load(), maxUnreadSkips)
+		}
 	}
 }
