@@ -66,3 +66,20 @@ func TestCloseDoesNotWaitForFullLogs(t *testing.T) {
 		t.Fatalf("end %+v, want the stream ended by the shutdown's SIGTERM", e)
 	}
 }
+
+// TestCloseKeepsLastWords: what a command prints as the shutdown's
+// SIGTERM ends it reaches its stream.
+func TestCloseKeepsLastWords(t *testing.T) {
+	m := testManager(t)
+	s, err := m.Exec(ExecOptions{Spec: Spec{Argv: []string{"sh", "-c", `trap 'echo bye; exit 0' TERM; echo ready; while :; do sleep 0.05; done`}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s.Logs()[0].Stats().End < uint64(len("ready\n")) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	m.Close()
+	if out, end := readAll(t, s); out != "ready\nbye\n" || end.ExitCode == nil || *end.ExitCode != 0 {
+		t.Fatalf("after the shutdown: %q, %+v; want the command's last words and its exit 0", out, end)
+	}
+}

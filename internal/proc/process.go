@@ -100,7 +100,7 @@ wait:
 
 	// The leader is gone; wait for the pipes to reach EOF, but not forever
 	// if a background member holds them open without producing output,
-	// and not at all once the agent shuts down: a reader may be blocked
+	// and only briefly once the agent shuts down: a reader may be blocked
 	// on a full log nobody will read again.
 	tick := time.NewTicker(groupPoll)
 	idle := time.Duration(0)
@@ -112,6 +112,13 @@ wait:
 		case <-readersDone:
 			drained = true
 		case <-p.m.closing:
+			// What is in the pipes gets drainLast, a reader blocked on
+			// a full log nobody will read again does not get more.
+			select {
+			case <-readersDone:
+				drained = true
+			case <-time.After(drainLast):
+			}
 			closing = true
 		case <-tick.C:
 			p.groupAlive() // notice the group's end before its number is reused
