@@ -100,26 +100,23 @@ wait:
 
 	// The leader is gone; wait for the pipes to reach EOF, but not forever
 	// if a background member holds them open without producing output,
-	// and only briefly once the agent shuts down: a reader may be blocked
-	// on a full log nobody will read again.
+	// and only drainLast more once the agent shuts down: a reader may be
+	// blocked on a full log nobody will read again.
 	tick := time.NewTicker(groupPoll)
 	idle := time.Duration(0)
 	seen := progress.Load()
 	limit := time.Now().Add(p.m.drainMax)
-	drained, closing := false, false
-	for !drained && !closing && idle < p.m.drainIdle && time.Now().Before(limit) {
+	closing := p.m.closing
+	drained := false
+	for !drained && idle < p.m.drainIdle && time.Now().Before(limit) {
 		select {
 		case <-readersDone:
 			drained = true
-		case <-p.m.closing:
-			// What is in the pipes gets drainLast, a reader blocked on
-			// a full log nobody will read again does not get more.
-			select {
-			case <-readersDone:
-				drained = true
-			case <-time.After(drainLast):
+		case <-closing:
+			closing = nil
+			if last := time.Now().Add(drainLast); last.Before(limit) {
+				limit = last
 			}
-			closing = true
 		case <-tick.C:
 			p.groupAlive() // notice the group's end before its number is reused
 			switch now := progress.Load(); {
