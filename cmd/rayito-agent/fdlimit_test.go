@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rayito/rayito-agent/client"
+	"github.com/rayito/rayito-agent/internal/endpoint/endpointtest"
 )
 
 // TestDescriptorFlood: under a low descriptor limit, peers without a
@@ -106,7 +105,7 @@ func TestSlowBodiesWithoutToken(t *testing.T) {
 	}
 	for i, c := range flood {
 		rt := routes[i%len(routes)]
-		status, err := answeredAndClosed(c)
+		status, err := endpointtest.AnsweredAndClosed(c)
 		if err != nil || status != http.StatusUnauthorized && status != http.StatusForbidden {
 			t.Fatalf("POST %s with a slow body: %d %v, want 401 or 403 (Jupyter's) at once, then the connection closed", rt.path, status, err)
 		}
@@ -176,24 +175,7 @@ func TestCodeInterpreterListenerLimited(t *testing.T) {
 	if _, err := io.WriteString(slow, "POST /execute HTTP/1.1\r\nHost: agent\r\nContent-Length: 100\r\n\r\n{"); err != nil {
 		t.Fatal(err)
 	}
-	if status, err := answeredAndClosed(slow); err != nil || status != http.StatusUnauthorized {
+	if status, err := endpointtest.AnsweredAndClosed(slow); err != nil || status != http.StatusUnauthorized {
 		t.Fatalf("POST /execute with a slow body and no token: %d %v, want 401 at once, then the connection closed", status, err)
 	}
-}
-
-// answeredAndClosed reads the answer to the request sent on c, which must
-// come at once, and then expects the agent to close c. It returns the
-// answer's status.
-func answeredAndClosed(c net.Conn) (int, error) {
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		return 0, fmt.Errorf("no answer at once: %w", err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
-		return resp.StatusCode, fmt.Errorf("after the answer read %d, %v; want the agent to close", n, err)
-	}
-	return resp.StatusCode, nil
 }

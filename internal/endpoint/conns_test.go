@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/rayito/rayito-agent/internal/endpoint/endpointtest"
 	"go.uber.org/zap"
 )
 
@@ -215,23 +215,6 @@ func slowBody(t *testing.T, addr, method, path string, header ...string) net.Con
 	return c
 }
 
-// answeredAndClosed reads the answer to the request sent on c, which must
-// come at once, and then expects the agent to close c. It returns the
-// answer's status.
-func answeredAndClosed(c net.Conn) (int, error) {
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		return 0, fmt.Errorf("no answer at once: %w", err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
-		return resp.StatusCode, fmt.Errorf("after the answer read %d, %v; want the agent to close", n, err)
-	}
-	return resp.StatusCode, nil
-}
-
 // countRequests counts the requests srv starts reading.
 func countRequests(srv *Server, n *atomic.Int64) {
 	state := srv.http.ConnState
@@ -304,7 +287,7 @@ func TestRefusedSlowBodiesFreeTheirConnections(t *testing.T) {
 	}
 	for i, c := range flood {
 		want := cases[i]
-		status, err := answeredAndClosed(c)
+		status, err := endpointtest.AnsweredAndClosed(c)
 		if err != nil {
 			t.Errorf("%s %s with a slow body: %v", want.method, want.path, err)
 		}
@@ -376,7 +359,7 @@ func TestReserveSlowBodiesFreed(t *testing.T) {
 		if i%2 == 0 {
 			path, status = "/health", 405
 		}
-		got, err := answeredAndClosed(slowBody(t, addr, "POST", path))
+		got, err := endpointtest.AnsweredAndClosed(slowBody(t, addr, "POST", path))
 		if err != nil || got != status {
 			t.Fatalf("POST %s with a slow body on a reserve connection: %d %v, want %d", path, got, err, status)
 		}
