@@ -226,24 +226,46 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b
 // Each buffer is filled before it is written: readers such as a multipart
 // part yield a few KiB a read, and a write costs per call (a system call,
 // and hashing that runs aside only for large ones).
+//
+// Reading and writing overlap: while one buffer is written (and hashed)
+// on another goroutine, the next is read into a second one, so an HTTP
+// upload reads the socket, writes the file and hashes at once, as the
+// websocket's upload ring lets a websocket upload do. r is only read on
+// the caller's goroutine, and ReadFrom returns only when no write is in
+// flight: r (a request body) and w are the caller's again after it.
 func (w *Writer) ReadFrom(r io.Reader) (int64, error) {
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	var total int64
-	for {
-		n, err := fill(r, *bp)
+	bufs := [2]*[]byte{copyBufs.Get().(*[]byte), copyBufs.Get().(*[]byte)}
+	defer copyBufs.Put(bufs[0])
+	defer copyBufs.Put(bufs[1])
+	start := w.size
+	written := make(chan error, 1)
+	inFlight := false
+	wait := func() error {
+		if !inFlight {
+			return nil
+		}
+		inFlight = false
+		return <-written
+	}
+	for i := 0; ; i ^= 1 {
+		n, rerr := fill(r, *bufs[i])
+		if werr := wait(); werr != nil {
+			return w.size - start, werr
+		}
 		if n > 0 {
-			k, werr := w.Write((*bp)[:n])
-			total += int64(k)
-			if werr != nil {
-				return total, werr
+			p := (*bufs[i])[:n]
+			inFlight = true
+			go func() {
+				_, err := w.Write(p)
+				written <- err
+			}()
+		}
+		if rerr != nil {
+			err := wait()
+			if err == nil && rerr != io.EOF {
+				err = rerr
 			}
-		}
-		if err == io.EOF {
-			return total, nil
-		}
-		if err != nil {
-			return total, err
+			return w.size - start, err
 		}
 	}
 }

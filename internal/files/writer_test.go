@@ -309,3 +309,39 @@ func TestWriterReadFrom(t *testing.T) {
 	}
 	w.Abort()
 }
+
+// endless yields zeros forever and counts what was read of it.
+type endless struct{ read int64 }
+
+func (e *endless) Read(p []byte) (int, error) {
+	clear(p)
+	e.read += int64(len(p))
+	return len(p), nil
+}
+
+// ReadFrom stops at a full disk even from a reader that never ends: the
+// write that fails on its goroutine ends the copy with ErrNoSpace, having
+// read at most a buffer past it, and leaves no temporary file behind.
+func TestWriterReadFromNoSpace(t *testing.T) {
+	t.Parallel()
+	dir := mountTmpfs(t, "1m")
+	m, _ := newManager(t)
+	p := filepath.Join(dir, "f")
+	writeFile(t, p, "old content")
+	w, err := m.Create("", p, WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &endless{}
+	n, err := w.ReadFrom(src)
+	wantKind(t, err, ErrNoSpace)
+	if n > 1<<20 || src.read > 2<<20 {
+		t.Fatalf("wrote %d and read %d bytes for a 1 MiB tmpfs", n, src.read)
+	}
+	if got := readFile(t, p); got != "old content" {
+		t.Fatalf("old file damaged: %q", got)
+	}
+	if left := temps(t, dir); len(left) != 0 {
+		t.Fatalf("temporary files left: %v", left)
+	}
+}
