@@ -170,15 +170,9 @@ func TestWriterVirtualFilesystems(t *testing.T) {
 // the old file is intact and the temporary file is gone.
 func TestWriterNoSpace(t *testing.T) {
 	t.Parallel()
-	dir := mountTmpfs(t, "1m")
-	m, _ := newManager(t)
-	p := filepath.Join(dir, "f")
-	writeFile(t, p, "old content")
-	w, err := m.Create("", p, WriteOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, untouched := smallDiskWriter(t)
 	chunk := bytes.Repeat([]byte("x"), 64<<10)
+	var err error
 	for i := 0; ; i++ {
 		if _, err = w.Write(chunk); err != nil {
 			break
@@ -191,11 +185,28 @@ func TestWriterNoSpace(t *testing.T) {
 	if _, err := w.Commit(); err == nil {
 		t.Fatal("commit after a failed write succeeded")
 	}
-	if got := readFile(t, p); got != "old content" {
-		t.Fatalf("old file damaged: %q", got)
+	untouched()
+}
+
+// smallDiskWriter returns a writer over a file of a 1 MiB tmpfs, and a
+// check that the old file is intact and no temporary file is left.
+func smallDiskWriter(t *testing.T) (*Writer, func()) {
+	dir := mountTmpfs(t, "1m")
+	m, _ := newManager(t)
+	p := filepath.Join(dir, "f")
+	writeFile(t, p, "old content")
+	w, err := m.Create("", p, WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if left := temps(t, dir); len(left) != 0 {
-		t.Fatalf("temporary files left: %v", left)
+	return w, func() {
+		t.Helper()
+		if got := readFile(t, p); got != "old content" {
+			t.Fatalf("old file damaged: %q", got)
+		}
+		if left := temps(t, dir); len(left) != 0 {
+			t.Fatalf("temporary files left: %v", left)
+		}
 	}
 }
 
@@ -324,24 +335,12 @@ func (e *endless) Read(p []byte) (int, error) {
 // read at most a buffer past it, and leaves no temporary file behind.
 func TestWriterReadFromNoSpace(t *testing.T) {
 	t.Parallel()
-	dir := mountTmpfs(t, "1m")
-	m, _ := newManager(t)
-	p := filepath.Join(dir, "f")
-	writeFile(t, p, "old content")
-	w, err := m.Create("", p, WriteOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, untouched := smallDiskWriter(t)
 	src := &endless{}
 	n, err := w.ReadFrom(src)
 	wantKind(t, err, ErrNoSpace)
 	if n > 1<<20 || src.read > 2<<20 {
 		t.Fatalf("wrote %d and read %d bytes for a 1 MiB tmpfs", n, src.read)
 	}
-	if got := readFile(t, p); got != "old content" {
-		t.Fatalf("old file damaged: %q", got)
-	}
-	if left := temps(t, dir); len(left) != 0 {
-		t.Fatalf("temporary files left: %v", left)
-	}
+	untouched()
 }
