@@ -152,10 +152,3 @@ func statT(st fs.FileInfo) *syscall.Stat_t {
 	sys, _ := st.Sys().(*syscall.Stat_t)
 	return sys
 }
-
-func inode(st fs.FileInfo) uint64 {
-	if sys := statT(st); sys != nil {
-		return sys.Ino
-	}
-	return 0
-}

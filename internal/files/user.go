@@ -2,7 +2,6 @@ package files
 
 import (
 	"errors"
-	"os"
 	"os/user"
 	"slices"
 	"strconv"
@@ -27,20 +26,12 @@ type User struct {
 // is itself done at most every accountsCheck.
 type accounts struct {
 	mu      sync.Mutex
-	stamp   [2]fileStamp
+	stamp   proc.AccountsStamp
 	checked time.Time
 	users   map[string]User
 	owners  map[uint32]string
 	groups  map[uint32]string
 }
-
-type fileStamp struct {
-	mtime time.Time
-	size  int64
-	ino   uint64
-}
-
-var accountFiles = [2]string{"/etc/passwd", "/etc/group"}
 
 // maxCachedNames bounds the uid and gid name caches: a tree of files
 // from many foreign ids (an unpacked archive) must not grow them forever.
@@ -58,13 +49,7 @@ func (a *accounts) freshLocked() {
 		return
 	}
 	a.checked = time.Now()
-	var now [2]fileStamp
-	for i, p := range accountFiles {
-		if st, err := os.Stat(p); err == nil {
-			now[i] = fileStamp{mtime: st.ModTime(), size: st.Size(), ino: inode(st)}
-		}
-	}
-	if now != a.stamp || a.users == nil {
+	if now := proc.ReadAccountsStamp(); now != a.stamp || a.users == nil {
 		a.stamp = now
 		a.users = map[string]User{}
 		a.owners = map[uint32]string{}

@@ -267,12 +267,7 @@ func LookupUser(name string) (*user.User, error) {
 		}
 		return u, nil
 	}
-	u, err := user.Lookup(name)
-	if err != nil {
-		if _, numErr := strconv.Atoi(name); numErr == nil {
-			u, err = user.LookupId(name)
-		}
-	}
+	u, err := cachedUser(name)
 	if err != nil {
 		return nil, fmt.Errorf("user %q: %w", name, ErrUnknownUser)
 	}
@@ -281,6 +276,10 @@ func LookupUser(name string) (*user.User, error) {
 
 // Credential is the uid, gid and supplementary groups of an account.
 func Credential(u *user.User) (*syscall.Credential, error) {
+	return cachedCredential(u)
+}
+
+func credentialUncached(u *user.User) (*syscall.Credential, error) {
 	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
 	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
 	if err1 != nil || err2 != nil {
