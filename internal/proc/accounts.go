@@ -91,40 +91,31 @@ func (c *accountCache[V]) get(key string, find func() (V, error)) (V, error) {
 	return v, nil
 }
 
+// The caches hold pointers that never leave them: callers get copies.
 var (
-	users = accountCache[user.User]{file: passwdFile}
+	users = accountCache[*user.User]{file: passwdFile}
 	// creds are by user name, uid and gid: the groups come from
 	// /etc/group, the primary group from /etc/passwd.
-	creds = accountCache[syscall.Credential]{file: groupFile}
+	creds = accountCache[*syscall.Credential]{file: groupFile}
 )
 
 func cachedUser(name string) (*user.User, error) {
-	u, err := users.get(name, func() (user.User, error) {
-		u, err := lookupUncached(name)
-		if err != nil {
-			return user.User{}, err
-		}
-		return *u, nil
-	})
+	u, err := users.get(name, func() (*user.User, error) { return lookupUncached(name) })
 	if err != nil {
 		return nil, err
 	}
-	return &u, nil
+	cp := *u
+	return &cp, nil
 }
 
 func cachedCredential(u *user.User) (*syscall.Credential, error) {
-	c, err := creds.get(u.Username+":"+u.Uid+":"+u.Gid, func() (syscall.Credential, error) {
-		c, err := credentialUncached(u)
-		if err != nil {
-			return syscall.Credential{}, err
-		}
-		return *c, nil
-	})
+	c, err := creds.get(u.Username+":"+u.Uid+":"+u.Gid, func() (*syscall.Credential, error) { return credentialUncached(u) })
 	if err != nil {
 		return nil, err
 	}
-	c.Groups = slices.Clone(c.Groups) // callers may change theirs
-	return &c, nil
+	cp := *c
+	cp.Groups = slices.Clone(c.Groups) // callers may change theirs
+	return &cp, nil
 }
 
 func lookupUncached(name string) (*user.User, error) {
