@@ -258,7 +258,8 @@ func (d *Defaults) UserName(name string) string {
 }
 
 // LookupUser finds an account by name, or by uid when name is a number
-// that no account is named; "" is the agent's own user.
+// that no account is named; "" is the agent's own user. What it finds is
+// kept while /etc/passwd is unchanged (accounts.go).
 func LookupUser(name string) (*user.User, error) {
 	if name == "" {
 		u, err := user.Current()
@@ -274,7 +275,8 @@ func LookupUser(name string) (*user.User, error) {
 	return u, nil
 }
 
-// Credential is the uid, gid and supplementary groups of an account.
+// Credential is the uid, gid and supplementary groups of an account,
+// kept while /etc/group is unchanged (accounts.go).
 func Credential(u *user.User) (*syscall.Credential, error) {
 	return cachedCredential(u)
 }
