@@ -186,36 +186,17 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if err := w.usable(); err != nil {
 		return 0, err
 	}
-	n, err := writeHashing(w.f, w.hash, p)
+	// Hashed after the write on the same goroutine: an upload's input
+	// already arrives on another (the connection's reader, or ReadFrom's
+	// caller), and hashing on a third cost more hand-offs than it saved
+	// (docs/benchmarks.md).
+	n, err := w.f.Write(p)
+	w.hash.Write(p[:n])
 	w.size += int64(n)
 	if err != nil {
 		return n, w.fail(newErr("write", w.path, nil, err))
 	}
 	return n, nil
-}
-
-// hashAside is the size from which a write hashes on another goroutine
-// while the data goes to the file: SHA-256 costs about as much CPU as the
-// write itself, and a second core halves the time of a large upload.
-const hashAside = 64 << 10
-
-// writeHashing writes p to f and adds what was written to h.
-func writeHashing(f io.Writer, h hash.Hash, p []byte) (int, error) {
-	if len(p) < hashAside {
-		n, err := f.Write(p)
-		h.Write(p[:n])
-		return n, err
-	}
-	hashed := make(chan struct{})
-	go func() {
-		h.Write(p)
-		close(hashed)
-	}()
-	n, err := f.Write(p)
-	<-hashed
-	// After a short write (a full disk) the hash covers more than the
-	// file; the writer has failed then, and its hash is never reported.
-	return n, err
 }
 
 // copyBufs are ReadFrom's buffers, two per upload while it runs: far
