@@ -209,8 +209,8 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }
 
 // ReadFrom writes everything r yields; it makes io.Copy use big reads.
 // Each buffer is filled before it is written: readers such as a multipart
-// part yield a few KiB a read, and a write costs per call (a system call,
-// and hashing that runs aside only for large ones).
+// part yield a few KiB a read, and a write costs per call (a system call
+// and a hand-off).
 //
 // Reading and writing overlap: while one buffer is written (and hashed)
 // on another goroutine, the next is read into a second one, so an HTTP
