@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,6 +54,90 @@ func benchFile(b testing.TB, path string, size int64) {
 // RAYITO_BENCH_DIR picks another disk (such as a tmpfs) than the
 // temporary directory's.
 func BenchmarkFileTransfer(b *testing.B) {
+	dst, paths := transferPaths(b)
+	for _, p := range paths {
+		b.Run(p.name, func(b *testing.B) {
+			b.SetBytes(transferSize)
+			var cpu time.Duration
+			for range b.N {
+				b.StopTimer()
+				os.Remove(dst)
+				before := cpuTime()
+				b.StartTimer()
+				if err := p.run(); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				cpu += cpuTime() - before
+				b.StartTimer()
+			}
+			b.StopTimer()
+			// CPU time says what a path costs whatever else runs on the
+			// machine; throughput alone depends on the load.
+			b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/GiB")
+			checkCopy(b, dst)
+		})
+	}
+}
+
+// BenchmarkFileTransferTurns runs the same paths taking turns, one
+// transfer of each per round (-benchtime Nx: N rounds), and reports each
+// path's median rate and its median ratio to the TCP copy of the same
+// round: the TCP copy's own rate swings by 2x between runs on this
+// machine, so ratios taken a few seconds apart are steadier than ratios of
+// rates measured minutes apart.
+//
+//	go test -run '^$' -bench FileTransferTurns -benchtime 5x ./client/
+func BenchmarkFileTransferTurns(b *testing.B) {
+	dst, paths := transferPaths(b)
+	rates := make([][]float64, len(paths))
+	for range b.N {
+		for i, p := range paths {
+			os.Remove(dst)
+			start := time.Now()
+			if err := p.run(); err != nil {
+				b.Fatal(err)
+			}
+			rates[i] = append(rates[i], transferSize/1e6/time.Since(start).Seconds())
+			checkCopy(b, dst)
+		}
+	}
+	b.StopTimer()
+	for i, p := range paths {
+		b.ReportMetric(medianOf(rates[i]), p.name+"-MB/s")
+		if i == 0 {
+			continue
+		}
+		ratios := make([]float64, b.N)
+		for r := range ratios {
+			ratios[r] = rates[i][r] / rates[0][r]
+		}
+		b.ReportMetric(medianOf(ratios), p.name+"/tcp-copy")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+func medianOf(v []float64) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+func checkCopy(b *testing.B, dst string) {
+	if st, err := os.Stat(dst); err != nil || st.Size() != transferSize {
+		b.Fatalf("copy has %v bytes: %v", st, err)
+	}
+}
+
+type transferPath struct {
+	name string
+	run  func() error
+}
+
+// transferPaths starts an agent and returns the transfer benchmarks'
+// paths, the TCP copy first, and the file each writes. RAYITO_BENCH_DIR
+// picks another disk (such as a tmpfs) than the temporary directory's.
+func transferPaths(b *testing.B) (dst string, paths []transferPath) {
 	a := newAgent(b)
 	c := a.dial(b, client.Options{})
 	dir := b.TempDir()
@@ -65,34 +150,10 @@ func BenchmarkFileTransfer(b *testing.B) {
 	}
 	src := filepath.Join(dir, "src")
 	benchFile(b, src, transferSize)
-	dst := filepath.Join(dir, "dst")
+	dst = filepath.Join(dir, "dst")
 	base := "http" + strings.TrimPrefix(a.url, "ws")
 	ctx := context.Background()
-	run := func(name string, fn func() error) {
-		b.Run(name, func(b *testing.B) {
-			b.SetBytes(transferSize)
-			var cpu time.Duration
-			for range b.N {
-				b.StopTimer()
-				os.Remove(dst)
-				before := cpuTime()
-				b.StartTimer()
-				if err := fn(); err != nil {
-					b.Fatal(err)
-				}
-				b.StopTimer()
-				cpu += cpuTime() - before
-				b.StartTimer()
-			}
-			b.StopTimer()
-			// CPU time says what a path costs whatever else runs on the
-			// machine; throughput alone depends on the load.
-			b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/GiB")
-			if st, err := os.Stat(dst); err != nil || st.Size() != transferSize {
-				b.Fatalf("copy has %v bytes: %v", st, err)
-			}
-		})
-	}
+	run := func(name string, fn func() error) { paths = append(paths, transferPath{name, fn}) }
 	run("tcp-copy", func() error { return tcpCopy(src, dst, false) })
 	run("tcp-copy+fsync", func() error { return tcpCopy(src, dst, true) })
 	// Through the reaper: this process runs one (the agent's managers).
@@ -175,6 +236,7 @@ func BenchmarkFileTransfer(b *testing.B) {
 		}
 		return nil
 	})
+	return dst, paths
 }
 
 // cpuTime is the CPU time used so far by this process (client and agent
