@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -199,16 +198,8 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// copyBufs are ReadFrom's buffers, two per upload while it runs: far
-// bigger than io.Copy's 32 KiB, because every buffer costs a hand-off
-// between goroutines and its thread wake-ups, dear on a VM. An HTTP
-// upload on tmpfs took 705 to 738 MB/s with 1 MiB, 611 to 663 with
-// 512 KiB and 610 to 621 with 256 KiB (same hour, quiet machine); a
-// websocket upload's ring may hold 4 MiB (UploadWindow) for comparison.
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
-
-// ReadFrom writes everything r yields; it makes io.Copy use big reads.
-// Each buffer is filled before it is written: readers such as a multipart
+// ReadFrom writes everything r yields; it makes io.Copy use big reads
+// (copybufs.go). Each buffer is filled before it is written: readers such as a multipart
 // part yield a few KiB a read, and a write costs per call (a system call
 // and a hand-off).
 //
@@ -219,9 +210,12 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }
 // the caller's goroutine, and ReadFrom returns only when no write is in
 // flight: r (a request body) and w are the caller's again after it.
 func (w *Writer) ReadFrom(r io.Reader) (int64, error) {
-	bufs := [2]*[]byte{copyBufs.Get().(*[]byte), copyBufs.Get().(*[]byte)}
-	defer copyBufs.Put(bufs[0])
-	defer copyBufs.Put(bufs[1])
+	bufs := [2]*[]byte{smallBufs.Get().(*[]byte), smallBufs.Get().(*[]byte)}
+	defer func() {
+		putBuf(bufs[0])
+		putBuf(bufs[1])
+	}()
+	large := false // a buffer was filled: big ones from now on (copybufs.go)
 	start := w.size
 	written := make(chan error, 1)
 	inFlight := false
@@ -233,7 +227,11 @@ func (w *Writer) ReadFrom(r io.Reader) (int64, error) {
 		return <-written
 	}
 	for i := 0; ; i ^= 1 {
+		if large {
+			bufs[i] = grownBuf(bufs[i]) // free: its last write was waited for
+		}
 		n, rerr := fill(r, *bufs[i])
+		large = large || n == len(*bufs[i])
 		if werr := wait(); werr != nil {
 			return w.size - start, werr
 		}
