@@ -63,10 +63,6 @@ func Run(t testing.TB, r *proc.Reaper, dir, script string, env []string, args ..
 // from it.
 func RunWatching(t testing.TB, r *proc.Reaper, dir, script string, env []string, onLine func(string), args ...string) string {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatal(err)
-	}
 	stdin, err := os.Open(os.DevNull)
 	if err != nil {
 		t.Fatal(err)
@@ -77,17 +73,8 @@ func RunWatching(t testing.TB, r *proc.Reaper, dir, script string, env []string,
 		t.Fatal(err)
 	}
 	defer rd.Close()
-	attr := &syscall.ProcAttr{
-		Dir:   dir,
-		Env:   append(os.Environ(), env...),
-		Files: []uintptr{stdin.Fd(), w.Fd(), w.Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: true}, // so the bound kills what it started too
-	}
-	pid, exited, err := r.ForkExec(node, append([]string{"node", script}, args...), attr)
+	pid, exited := spawn(t, r, dir, script, env, [3]*os.File{stdin, w, w}, args)
 	w.Close()
-	if err != nil {
-		t.Fatalf("node %s %v: %v", script, args, err)
-	}
 	bound := time.AfterFunc(scriptBound, func() { r.Kill(pid, syscall.SIGKILL, true) })
 	defer bound.Stop()
 	// The pipe ends when the script and anything it started have exited,
@@ -114,4 +101,27 @@ func exitError(st proc.Status) error {
 		return fmt.Errorf("killed by %v (at the %v bound?)", st.Wait.Signal(), scriptBound)
 	}
 	return fmt.Errorf("exit status %d", st.ExitCode())
+}
+
+// spawn starts `node script args...` in dir through r, with env added to
+// the environment and files as its stdin, stdout and stderr. The script
+// gets a process group of its own, so that killing it at a bound kills
+// what it started too.
+func spawn(t testing.TB, r *proc.Reaper, dir, script string, env []string, files [3]*os.File, args []string) (int, <-chan proc.Status) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   dir,
+		Env:   append(os.Environ(), env...),
+		Files: []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	}
+	pid, exited, err := r.ForkExec(node, append([]string{"node", script}, args...), attr)
+	if err != nil {
+		t.Fatalf("node %s %v: %v", script, args, err)
+	}
+	return pid, exited
 }

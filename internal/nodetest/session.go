@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"io"
 	"os"
-	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -31,10 +30,6 @@ type Session struct {
 // running at scriptBound is killed.
 func Start(t testing.TB, r *proc.Reaper, dir, script string, env []string, args ...string) *Session {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatal(err)
-	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -43,18 +38,9 @@ func Start(t testing.TB, r *proc.Reaper, dir, script string, env []string, args 
 	if err != nil {
 		t.Fatal(err)
 	}
-	attr := &syscall.ProcAttr{
-		Dir:   dir,
-		Env:   append(os.Environ(), env...),
-		Files: []uintptr{inR.Fd(), outW.Fd(), os.Stderr.Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
-	}
-	pid, exited, err := r.ForkExec(node, append([]string{"node", script}, args...), attr)
+	pid, exited := spawn(t, r, dir, script, env, [3]*os.File{inR, outW, os.Stderr}, args)
 	inR.Close()
 	outW.Close()
-	if err != nil {
-		t.Fatalf("node %s %v: %v", script, args, err)
-	}
 	out := bufio.NewScanner(outR)
 	out.Buffer(nil, 16<<20)
 	s := &Session{t: t, in: inW, out: out, pid: pid, r: r}
