@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/rayito/rayito-agent/internal/endpoint"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/proc/proctest"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/traffic"
 )
@@ -30,28 +29,11 @@ const (
 
 var reaper *proc.Reaper
 
-func TestMain(m *testing.M) { os.Exit(runTests(m)) }
-
-func runTests(m *testing.M) int {
-	r, err := proc.NewReaper()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "reaper:", err)
-		return 1
-	}
-	defer r.Close()
-	reaper = r
-	base := runtime.NumGoroutine()
-	code := m.Run()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > base && code == 0 {
-		buf := make([]byte, 1<<20)
-		fmt.Fprintf(os.Stderr, "leaked goroutines: %d now, %d before the tests\n%s\n", n, base, buf[:runtime.Stack(buf, true)])
-		return 1
-	}
-	return code
+func TestMain(m *testing.M) {
+	os.Exit(proctest.Main(m, func(r *proc.Reaper) func() {
+		reaper = r
+		return nil
+	}))
 }
 
 // agent is the agent's HTTP server with real managers and the API

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/proc/proctest"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/wire"
 )
@@ -42,43 +41,20 @@ const waitFor = 60 * time.Second
 // the test well before waitFor.
 const answerBound = 15 * time.Second
 
-func TestMain(m *testing.M) { os.Exit(runTests(m)) }
-
-func runTests(m *testing.M) int {
-	reaper, err := proc.NewReaper()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "reaper:", err)
-		return 1
-	}
-	defer reaper.Close()
-	env.reaper = reaper
-	env.reg = stream.NewRegistry(0)
-	defer env.reg.Close()
-	logger := zap.NewNop()
-	if os.Getenv("JUPYTER_TEST_LOG") != "" {
-		logger, _ = zap.NewDevelopment()
-	}
-	env.mgr = NewManager(Options{Registry: env.reg, Reaper: reaper, Logger: logger})
-	base := runtime.NumGoroutine()
-	code := m.Run()
-	env.mgr.Close()
-	n := settleGoroutines(base)
-	if n > base {
-		buf := make([]byte, 1<<20)
-		fmt.Fprintf(os.Stderr, "leaked goroutines: %d now, %d before the tests\n%s\n", n, base, buf[:runtime.Stack(buf, true)])
-		return 1
-	}
-	return code
-}
-
-func settleGoroutines(base int) int {
-	deadline := time.Now().Add(10 * time.Second)
-	n := runtime.NumGoroutine()
-	for n > base && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-		n = runtime.NumGoroutine()
-	}
-	return n
+func TestMain(m *testing.M) {
+	os.Exit(proctest.Main(m, func(reaper *proc.Reaper) func() {
+		env.reaper = reaper
+		env.reg = stream.NewRegistry(0)
+		logger := zap.NewNop()
+		if os.Getenv("JUPYTER_TEST_LOG") != "" {
+			logger, _ = zap.NewDevelopment()
+		}
+		env.mgr = NewManager(Options{Registry: env.reg, Reaper: reaper, Logger: logger})
+		return func() {
+			env.mgr.Close()
+			env.reg.Close()
+		}
+	}))
 }
 
 func sharedKernel(t testing.TB) *Kernel {
