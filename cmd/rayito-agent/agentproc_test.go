@@ -187,6 +187,29 @@ func (a *agentProc) cpu(tb testing.TB) time.Duration {
 	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }
 
+// threadsCPU is the CPU time the agent's own threads used so far (not its
+// children's), to the nanosecond: what the agent itself costs per op, a
+// figure the machine's load moves far less than latencies.
+func (a *agentProc) threadsCPU(tb testing.TB) time.Duration {
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(a.pid) + "/task")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(a.pid) + "/task/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue // the thread ended
+		}
+		// The first field is the time on a CPU, in ns.
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			total += time.Duration(n)
+		}
+	}
+	return total
+}
+
 // switches counts the voluntary context switches of every thread of the
 // agent: how often a thread went to sleep (to be woken again), a measure
 // of the hand-offs between goroutines on different threads that a loaded
