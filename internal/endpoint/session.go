@@ -42,6 +42,7 @@ type Session struct {
 
 	ctrl    chan outFrame // control frames: go first
 	data    chan outFrame // attachment frames: in order per attachment
+	out     outGate       // who may write to the connection, and when
 	sem     chan struct{} // bounds slow ops in flight
 	ordered chan func()   // ordered ops, run one at a time in arrival order
 
@@ -121,7 +122,7 @@ func (ss *Session) Generation() uint64 { return ss.generation }
 
 func (ss *Session) run() {
 	hello, _ := jsonBytes(map[string]any{"event": "hello", "protocol": 1, "version": ss.srv.cfg.Version, "generation": ss.generation, "instance": ss.srv.instance()})
-	ss.ctrl <- outFrame{msg: hello}
+	ss.queue(ss.ctrl, outFrame{msg: hello})
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
@@ -203,7 +204,8 @@ func (ss *Session) readMessage(buf *[]byte) (websocket.MessageType, []byte, erro
 	return typ, b, nil
 }
 
-// writeLoop is the only writer of the connection. Control frames always
+// writeLoop writes the frames that were queued (control frames that
+// found the connection busy, and every data frame). Control frames always
 // go before data frames that are waiting.
 func (ss *Session) writeLoop() {
 	for {
@@ -217,16 +219,14 @@ func (ss *Session) writeLoop() {
 				// A control frame queued before this one (the response
 				// announcing its stream) may have become ready at once.
 				if !ss.flushControl() {
-					if f.release != nil {
-						f.release()
-					}
+					ss.dropQueued(f)
 					return
 				}
 			case <-ss.ctx.Done():
 				return
 			}
 		}
-		if !ss.write(f) {
+		if !ss.writeQueued(f) {
 			return
 		}
 	}
@@ -238,13 +238,81 @@ func (ss *Session) flushControl() bool {
 	for {
 		select {
 		case f := <-ss.ctrl:
-			if !ss.write(f) {
+			if !ss.writeQueued(f) {
 				return false
 			}
 		default:
 			return true
 		}
 	}
+}
+
+// outGate lets a control frame be written by the goroutine that has it,
+// when nothing is queued and nobody is writing, instead of waking the
+// writer: a hand-off to another goroutine makes the runtime start a
+// thread on the other vCPU as well, which on a VM costs more than the
+// write (a request answered on the reader: 92 to 96 µs round trip with
+// the hand-off, 49 to 57 µs without). A frame that finds anything pending
+// queues behind it, so frames keep their order. Data frames always queue:
+// the writer's pace is what lets an attachment gather output into large
+// frames (written by their pumps directly, 256 MiB of output moved at
+// 0.34 to 0.44 of the pipe's rate instead of 0.53 to 0.58).
+//
+// The reader may thus write, and block while the client does not read
+// (as it blocks on a full control queue without this); other connections
+// are not affected.
+type outGate struct {
+	mu      sync.Mutex
+	pending int        // frames queued and not yet written or dropped
+	writing sync.Mutex // held by whoever writes to the connection
+}
+
+// queue puts f on ch for the writer; false if the session ended first.
+func (ss *Session) queue(ch chan outFrame, f outFrame) bool {
+	ss.out.mu.Lock()
+	ss.out.pending++
+	ss.out.mu.Unlock()
+	select {
+	case ch <- f:
+		return true
+	case <-ss.ctx.Done():
+		ss.dropQueued(f)
+		return false
+	}
+}
+
+// sendNow writes f at once if the connection is idle, else queues it.
+func (ss *Session) sendNow(ch chan outFrame, f outFrame) bool {
+	ss.out.mu.Lock()
+	if ss.out.pending > 0 || !ss.out.writing.TryLock() {
+		ss.out.mu.Unlock()
+		return ss.queue(ch, f)
+	}
+	ss.out.mu.Unlock()
+	ok := ss.write(f)
+	ss.out.writing.Unlock()
+	return ok
+}
+
+// writeQueued writes a frame that was queued.
+func (ss *Session) writeQueued(f outFrame) bool {
+	ss.out.writing.Lock()
+	ok := ss.write(f)
+	ss.out.mu.Lock()
+	ss.out.pending--
+	ss.out.mu.Unlock()
+	ss.out.writing.Unlock()
+	return ok
+}
+
+// dropQueued lets go of a queued frame that will not be written.
+func (ss *Session) dropQueued(f outFrame) {
+	if f.release != nil {
+		f.release()
+	}
+	ss.out.mu.Lock()
+	ss.out.pending--
+	ss.out.mu.Unlock()
 }
 
 // write sends one frame, or performs the close it asks for.
@@ -303,34 +371,21 @@ func (ss *Session) writeFragments(typ websocket.MessageType, head, rest []byte) 
 	return w.Close()
 }
 
-// sendControl queues a control frame; it gives up when the session ends.
+// sendControl writes or queues a control frame; it gives up when the
+// session ends.
 func (ss *Session) sendControl(msg []byte) {
-	select {
-	case ss.ctrl <- outFrame{msg: msg}:
-	case <-ss.ctx.Done():
-	}
+	ss.sendNow(ss.ctrl, outFrame{msg: msg})
 }
 
 // sendData queues an attachment frame in order; false if the session ended.
 func (ss *Session) sendData(f outFrame) bool {
-	select {
-	case ss.data <- f:
-		return true
-	case <-ss.ctx.Done():
-		if f.release != nil {
-			f.release()
-		}
-		return false
-	}
+	return ss.queue(ss.data, f)
 }
 
 // closeWith closes the session with a close code, ahead of queued data.
 func (ss *Session) closeWith(code websocket.StatusCode, why string) {
 	if ss.setClose(code, why) {
-		select {
-		case ss.ctrl <- outFrame{close: true}:
-		case <-ss.ctx.Done():
-		}
+		ss.queue(ss.ctrl, outFrame{close: true})
 	}
 }
 
