@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -476,4 +477,40 @@ func TestUnreadRequestNotEvicted(t *testing.T) {
 			t.Errorf("connection %d of %d with an unread request: evicted %v, want only the one after the %d oldest skipped", i, n, c.closed.Load(), maxUnreadSkips)
 		}
 	}
+}
+
+// TestIdleConnectionsStartNoOrderedWorker: a connection gets the worker
+// of ordered ops (execute) with its first such op, so hundreds of idle
+// connections do not each keep an idle goroutine and its stack.
+func TestIdleConnectionsStartNoOrderedWorker(t *testing.T) {
+	a := newTestAgent(t)
+	before := goroutinesIn("(*Session).orderedLoop")
+	conns := make([]*rawConn, 5)
+	for i := range conns {
+		conns[i] = a.dial(t)
+		conns[i].call(map[string]any{"op": "list"})
+	}
+	if n := goroutinesIn("(*Session).orderedLoop"); n > before {
+		t.Fatalf("%d ordered workers after 5 idle connections, %d before", n, before)
+	}
+	// An ordered op starts it (and still gets its answer).
+	resp := conns[0].call(map[string]any{"op": "execute", "code": "1", "kernel": "k999"})
+	if code := errorCode(resp); code != "not_found" {
+		t.Fatalf("execute on an unknown kernel: %v", resp)
+	}
+	if goroutinesIn("(*Session).orderedLoop") == 0 {
+		t.Fatal("no ordered worker after an execute")
+	}
+}
+
+// goroutinesIn counts the goroutines whose stack holds fn.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<22)
+	n := 0
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, fn) {
+			n++
+		}
+	}
+	return n
 }

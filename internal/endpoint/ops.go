@@ -113,6 +113,7 @@ func (ss *Session) handleControl(msg []byte) {
 	if o.ordered {
 		// The queue holds as many as the semaphore allows, so this send
 		// never blocks the reader.
+		ss.orderedOnce.Do(func() { go ss.orderedLoop() })
 		ss.ordered <- run
 		return
 	}

@@ -45,6 +45,10 @@ type Session struct {
 	out     outGate       // who may write to the connection, and when
 	sem     chan struct{} // bounds slow ops in flight
 	ordered chan func()   // ordered ops, run one at a time in arrival order
+	// orderedOnce starts the ordered ops' goroutine at the first of them:
+	// most connections never send one, and an agent serving hundreds of
+	// connections would keep as many idle goroutines and their stacks.
+	orderedOnce sync.Once
 
 	mu         sync.Mutex
 	atts       map[uint64]*attachment
@@ -128,7 +132,6 @@ func (ss *Session) run() {
 		defer close(writerDone)
 		ss.writeLoop()
 	}()
-	go ss.orderedLoop()
 	ss.readLoop()
 	ss.cancel()
 	<-writerDone
