@@ -254,12 +254,13 @@ func (ss *Session) flushControl() bool {
 // when nothing is queued and nobody is writing, instead of waking the
 // writer: a hand-off to another goroutine makes the runtime start a
 // thread on the other vCPU as well, which on a VM costs more than the
-// write (a request answered on the reader: 92 to 96 µs round trip with
-// the hand-off, 49 to 57 µs without). A frame that finds anything pending
-// queues behind it, so frames keep their order. Data frames always queue:
-// the writer's pace is what lets an attachment gather output into large
-// frames (written by their pumps directly, 256 MiB of output moved at
-// 0.34 to 0.44 of the pipe's rate instead of 0.53 to 0.58).
+// write (docs/benchmarks.md, Keystroke echo: a request answered on the
+// reader 54 to 67 µs round trip instead of 92 to 131). A frame that finds
+// anything pending queues behind it, so frames keep their order. Data
+// frames always queue: the writer's pace is what lets an attachment
+// gather output into large frames (written by their pumps directly,
+// 256 MiB of output moved at 0.34 to 0.44 of the pipe's rate instead of
+// 0.53 to 0.58).
 //
 // The reader may thus write, and block while the client does not read
 // (as it blocks on a full control queue without this); other connections
@@ -282,19 +283,6 @@ func (ss *Session) queue(ch chan outFrame, f outFrame) bool {
 		ss.dropQueued(f)
 		return false
 	}
-}
-
-// sendNow writes f at once if the connection is idle, else queues it.
-func (ss *Session) sendNow(ch chan outFrame, f outFrame) bool {
-	ss.out.mu.Lock()
-	if ss.out.pending > 0 || !ss.out.writing.TryLock() {
-		ss.out.mu.Unlock()
-		return ss.queue(ch, f)
-	}
-	ss.out.mu.Unlock()
-	ok := ss.write(f)
-	ss.out.writing.Unlock()
-	return ok
 }
 
 // writeQueued writes a frame that was queued.
@@ -374,10 +362,19 @@ func (ss *Session) writeFragments(typ websocket.MessageType, head, rest []byte) 
 	return w.Close()
 }
 
-// sendControl writes or queues a control frame; it gives up when the
-// session ends.
+// sendControl writes a control frame at once if the connection is idle,
+// else queues it; it gives up when the session ends.
 func (ss *Session) sendControl(msg []byte) {
-	ss.sendNow(ss.ctrl, outFrame{msg: msg})
+	f := outFrame{msg: msg}
+	ss.out.mu.Lock()
+	if ss.out.pending > 0 || !ss.out.writing.TryLock() {
+		ss.out.mu.Unlock()
+		ss.queue(ss.ctrl, f)
+		return
+	}
+	ss.out.mu.Unlock()
+	ss.write(f)
+	ss.out.writing.Unlock()
 }
 
 // sendData queues an attachment frame in order; false if the session ended.
