@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"github.com/coder/websocket"
 	"go.uber.org/zap"
@@ -266,16 +267,13 @@ func (ss *Session) flushControl() bool {
 // (as it blocks on a full control queue without this); other connections
 // are not affected.
 type outGate struct {
-	mu      sync.Mutex
-	pending int        // frames queued and not yet written or dropped
-	writing sync.Mutex // held by whoever writes to the connection
+	pending atomic.Int64 // frames queued and not yet written or dropped
+	writing sync.Mutex   // held by whoever writes to the connection
 }
 
 // queue puts f on ch for the writer; false if the session ended first.
 func (ss *Session) queue(ch chan outFrame, f outFrame) bool {
-	ss.out.mu.Lock()
-	ss.out.pending++
-	ss.out.mu.Unlock()
+	ss.out.pending.Add(1)
 	select {
 	case ch <- f:
 		return true
@@ -289,9 +287,7 @@ func (ss *Session) queue(ch chan outFrame, f outFrame) bool {
 func (ss *Session) writeQueued(f outFrame) bool {
 	ss.out.writing.Lock()
 	ok := ss.write(f)
-	ss.out.mu.Lock()
-	ss.out.pending--
-	ss.out.mu.Unlock()
+	ss.out.pending.Add(-1)
 	ss.out.writing.Unlock()
 	return ok
 }
@@ -301,9 +297,7 @@ func (ss *Session) dropQueued(f outFrame) {
 	if f.release != nil {
 		f.release()
 	}
-	ss.out.mu.Lock()
-	ss.out.pending--
-	ss.out.mu.Unlock()
+	ss.out.pending.Add(-1)
 }
 
 // write sends one frame, or performs the close it asks for.
@@ -366,13 +360,17 @@ func (ss *Session) writeFragments(typ websocket.MessageType, head, rest []byte) 
 // else queues it; it gives up when the session ends.
 func (ss *Session) sendControl(msg []byte) {
 	f := outFrame{msg: msg}
-	ss.out.mu.Lock()
-	if ss.out.pending > 0 || !ss.out.writing.TryLock() {
-		ss.out.mu.Unlock()
+	if !ss.out.writing.TryLock() {
 		ss.queue(ss.ctrl, f)
 		return
 	}
-	ss.out.mu.Unlock()
+	// A queued frame counts from before it is sent until it is written,
+	// so none is waiting or half-way to the writer.
+	if ss.out.pending.Load() > 0 {
+		ss.out.writing.Unlock()
+		ss.queue(ss.ctrl, f)
+		return
+	}
 	ss.write(f)
 	ss.out.writing.Unlock()
 }
