@@ -191,23 +191,15 @@ func (a *agentProc) cpu(tb testing.TB) time.Duration {
 // children's), to the nanosecond: what the agent itself costs per op, a
 // figure the machine's load moves far less than latencies.
 func (a *agentProc) threadsCPU(tb testing.TB) time.Duration {
-	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(a.pid) + "/task")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var total time.Duration
-	for _, t := range tasks {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(a.pid) + "/task/" + t.Name() + "/schedstat")
-		if err != nil {
-			continue // the thread ended
+	// schedstat's first field is the time on a CPU, in ns.
+	return time.Duration(a.sumThreads(tb, "schedstat", func(text string) int64 {
+		f := strings.Fields(text)
+		if len(f) == 0 {
+			return 0
 		}
-		// The first field is the time on a CPU, in ns.
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			n, _ := strconv.ParseInt(f[0], 10, 64)
-			total += time.Duration(n)
-		}
-	}
-	return total
+		n, _ := strconv.ParseInt(f[0], 10, 64)
+		return n
+	}))
 }
 
 // switches counts the voluntary context switches of every thread of the
@@ -215,21 +207,29 @@ func (a *agentProc) threadsCPU(tb testing.TB) time.Duration {
 // of the hand-offs between goroutines on different threads that a loaded
 // machine blurs far less than times (preemptions are not counted).
 func (a *agentProc) switches(tb testing.TB) int {
-	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(a.pid) + "/task")
+	return int(a.sumThreads(tb, "status", func(text string) int64 {
+		for _, line := range strings.Split(text, "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && k == "voluntary_ctxt_switches" {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				return n
+			}
+		}
+		return 0
+	}))
+}
+
+// sumThreads adds up value of the file /proc/PID/task/TID/file of every
+// thread of the agent (a thread that ends meanwhile is left out).
+func (a *agentProc) sumThreads(tb testing.TB, file string, value func(string) int64) int64 {
+	dir := "/proc/" + strconv.Itoa(a.pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	total := 0
+	var total int64
 	for _, t := range tasks {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(a.pid) + "/task/" + t.Name() + "/status")
-		if err != nil {
-			continue // the thread ended
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && k == "voluntary_ctxt_switches" {
-				n, _ := strconv.Atoi(strings.TrimSpace(v))
-				total += n
-			}
+		if b, err := os.ReadFile(dir + t.Name() + "/" + file); err == nil {
+			total += value(string(b))
 		}
 	}
 	return total
