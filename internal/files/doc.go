@@ -18,24 +18,29 @@
 // user, ACLs and all. The identity is set with raw system calls (the libc
 // and Go wrappers of setgroups change every thread of the process).
 //
-// Each identity in use keeps up to 16 such threads, locked to worker
-// goroutines that take operations from a channel and give their thread
-// back after 10 s without work. A thread never runs anything else while
-// it has a borrowed identity: if restoring the agent's identity ever
-// failed, its goroutine would end still locked and the runtime would
-// retire the thread.
+// Each operation as another user runs on a goroutine of its own, locked
+// to its thread, which takes the user's identity, runs the operation and
+// gives the identity back before the thread returns to the runtime's pool.
+// If restoring the agent's identity ever failed, the goroutine would end
+// still locked and the runtime would retire the thread, so no other
+// goroutine ever runs with a borrowed identity. (The runtime never clones
+// a new thread from a locked one, so none inherits it either.)
 //
-// Why kept threads: a credential change costs about 5 µs on the project's
-// VM (a bare system call about 1.2 µs), and an operation on a thread of
-// its own needs six (fsuid, fsgid and groups, there and back). Measured in
-// one run (BenchmarkIdentitySwitch, load 6 to 9), an empty operation as
-// nobody costs 19 µs handed to a kept thread (two thread wake-ups), 32 to
-// 35 µs on a new goroutine that switches and switches back, and 29 to
-// 41 µs switching on the caller's own thread (which also could not retire
-// the thread on failure). An operation as the agent's own user runs
-// directly. A helper process per user would cost a round trip through a
-// pipe per operation plus a process per user, for nothing the kernel's
-// per-thread identity does not already give.
+// Why a new goroutine each time: a credential change costs 2 to 5 µs on
+// the project's VM and an operation needs six (fsuid, fsgid and groups,
+// there and back); the other ways cost more where it counts. Threads kept
+// with a user's identity (this package until 2026-12-02) spare the
+// changes but hand every operation to another thread and back, two thread
+// wake-ups, which a VM prices high when the other vCPU is idle. A stat as
+// nobody through the Go client took 122 to 126 µs, now 64 to 66 (with the
+// endpoint answering it on its reader, which saves a third wake-up); under
+// load (two busy loops) 155 to 167 µs, now 61 to 65 (BenchmarkStatRoundTrip
+// in the client package; BenchmarkIdentitySwitch compares the three ways
+// on an empty operation). Switching on the caller's own thread is a few
+// µs cheaper still, but if the switch back failed it could not retire the
+// thread without ending the caller. A helper process per user would cost
+// a round trip through a pipe per operation plus a process per user, for
+// nothing the kernel's per-thread identity does not already give.
 //
 // Data moves outside the user's thread: a file is opened (or created) as
 // the user, and the descriptor is read or written by whatever goroutine

@@ -2,14 +2,11 @@ package files
 
 import (
 	"bufio"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -37,140 +34,49 @@ func ownIdentity() (identity, error) {
 }
 
 // as runs fn with u's filesystem identity, or directly when u is the
-// agent's own user. See the package comment for why threads with an fsuid,
-// fsgid and groups of their own, and why kept per user.
+// agent's own user. fn runs on a goroutine of its own locked to its
+// thread, which switches to u and back; the package comment says why.
+// If the switch back ever failed, the goroutine ends still locked and the
+// runtime retires the thread, so no other goroutine runs with a borrowed
+// identity.
 func (m *Manager) as(u User, fn func() error) error {
 	if u.UID == m.self.uid && u.GID == m.self.gid {
 		return fn()
 	}
-	t := &task{fn: fn, done: make(chan taskResult, 1)}
-	m.crews.crew(identity{uid: u.UID, gid: u.GID, groups: u.Groups}).do(m, t)
-	r := <-t.done
+	id := identity{uid: u.UID, gid: u.GID, groups: u.Groups}
+	done := make(chan taskResult, 1)
+	go func() {
+		runtime.LockOSThread()
+		var r taskResult
+		defer func() {
+			if setFS(m.self) == nil {
+				runtime.UnlockOSThread()
+			}
+			done <- r
+		}()
+		if r.err = setFS(id); r.err != nil {
+			r.switchFailed = true
+			return
+		}
+		defer func() { r.panicked = recover() }()
+		r.err = fn()
+	}()
+	r := <-done
 	if r.panicked != nil {
 		panic(r.panicked)
 	}
-	if r.err != nil {
-		if _, isOurs := r.err.(*Error); !isOurs && r.switchFailed {
-			return newErr("switch to user", u.Name, ErrPermission,
-				fmt.Errorf("the agent (uid %d) cannot act as uid %d: %w", m.self.uid, u.UID, r.err))
-		}
+	if r.switchFailed {
+		return newErr("switch to user", u.Name, ErrPermission,
+			fmt.Errorf("the agent (uid %d) cannot act as uid %d: %w", m.self.uid, u.UID, r.err))
 	}
 	return r.err
 }
 
-// Worker threads: how many one identity may have, and how long one
-// waits for work before it gives its thread back.
-const (
-	maxCrew  = 16
-	crewIdle = 10 * time.Second
-)
-
-// crews are the worker threads of each identity in use.
-type crews struct {
-	mu sync.Mutex
-	m  map[string]*crew
-}
-
-// crew is the worker threads that have one identity.
-type crew struct {
-	id      identity
-	ops     chan *task // unbuffered: a send succeeds only to an idle worker
-	mu      sync.Mutex
-	workers int
-}
-
-type task struct {
-	fn   func() error
-	done chan taskResult
-}
-
+// taskResult is how an operation run as a user ended.
 type taskResult struct {
 	err          error
 	panicked     any
 	switchFailed bool
-}
-
-func (cs *crews) crew(id identity) *crew {
-	key := make([]byte, 0, 16+4*len(id.groups))
-	key = binary.LittleEndian.AppendUint32(key, id.uid)
-	key = binary.LittleEndian.AppendUint32(key, id.gid)
-	for _, g := range id.groups {
-		key = binary.LittleEndian.AppendUint32(key, g)
-	}
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if cs.m == nil {
-		cs.m = map[string]*crew{}
-	}
-	c := cs.m[string(key)]
-	if c == nil {
-		c = &crew{id: id, ops: make(chan *task)}
-		cs.m[string(key)] = c
-	}
-	return c
-}
-
-// do hands t to an idle worker, or to a new one, or waits for one when
-// the crew is full.
-func (c *crew) do(m *Manager, t *task) {
-	select {
-	case c.ops <- t:
-		return
-	default:
-	}
-	c.mu.Lock()
-	if c.workers < maxCrew {
-		c.workers++
-		c.mu.Unlock()
-		go c.work(m, t)
-		return
-	}
-	c.mu.Unlock()
-	c.ops <- t
-}
-
-// work runs tasks on a thread that has the crew's identity until it has
-// been idle for crewIdle or the manager closes. When the thread gets the
-// agent's identity back, it returns to the runtime's pool; if that ever
-// failed, the goroutine ends still locked and the runtime retires the
-// thread, so no other goroutine runs with a borrowed identity.
-func (c *crew) work(m *Manager, first *task) {
-	runtime.LockOSThread()
-	defer func() {
-		c.mu.Lock()
-		c.workers--
-		c.mu.Unlock()
-		if setFS(m.self) == nil {
-			runtime.UnlockOSThread()
-		}
-	}()
-	if err := setFS(c.id); err != nil {
-		first.done <- taskResult{err: err, switchFailed: true}
-		return
-	}
-	first.run()
-	idle := time.NewTimer(crewIdle)
-	defer idle.Stop()
-	for {
-		select {
-		case t := <-c.ops:
-			t.run()
-			idle.Reset(crewIdle)
-		case <-idle.C:
-			return
-		case <-m.closing:
-			return
-		}
-	}
-}
-
-func (t *task) run() {
-	var r taskResult
-	defer func() {
-		r.panicked = recover()
-		t.done <- r
-	}()
-	r.err = t.fn()
 }
 
 // setFS gives the calling thread the identity. The raw system calls

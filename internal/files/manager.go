@@ -51,14 +51,12 @@ type Manager struct {
 	self     identity
 	umask    fs.FileMode
 	accounts accounts
-	crews    crews
 	journal  *journal
 
 	mu        sync.Mutex
 	closed    bool
 	transfers map[*stream.Stream]struct{}
 	wg        sync.WaitGroup
-	closing   chan struct{}
 }
 
 // New returns a manager and removes the temporary files that writes cut
@@ -76,7 +74,7 @@ func New(o Options) (*Manager, error) {
 	}
 	m := &Manager{
 		reg: o.Registry, defaults: o.Defaults, endCode: o.EndCode, log: o.Logger, self: self,
-		umask: processUmask(), transfers: map[*stream.Stream]struct{}{}, closing: make(chan struct{}),
+		umask: processUmask(), transfers: map[*stream.Stream]struct{}{},
 	}
 	if o.StateDir != "" {
 		if m.journal, err = openJournal(filepath.Join(o.StateDir, "files-temp"), o.Logger); err != nil {
@@ -97,7 +95,6 @@ func (m *Manager) Close() {
 		return
 	}
 	m.closed = true
-	close(m.closing)
 	m.mu.Unlock()
 	m.endTransfers()
 	m.wg.Wait()
