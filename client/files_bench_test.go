@@ -298,9 +298,10 @@ func tcpCopy(src, dst string, sync bool) error {
 }
 
 // BenchmarkStatRoundTrip is 1,000 stats per iteration through the Go
-// client (as the agent's own user, and as nobody, whose identity a kept
-// thread borrows), against 1,000 plain websocket requests (list, answered
-// on the connection's reader) and 1,000 local lstat calls, in one run.
+// client (as the agent's own user, and as nobody, whose identity a thread
+// borrows for each), against plain websocket requests (list, answered on
+// the connection's reader) and local lstat calls. The four take turns
+// call by call, so a ratio compares calls made under the same load.
 func BenchmarkStatRoundTrip(b *testing.B) {
 	a := newAgent(b)
 	c := a.dial(b, client.Options{})
@@ -310,24 +311,35 @@ func BenchmarkStatRoundTrip(b *testing.B) {
 	p := filepath.Join(dir, "f")
 	os.WriteFile(p, []byte("x"), 0o644)
 	ctx := context.Background()
-	run := func(name string, fn func() error) {
-		b.Run(name, func(b *testing.B) {
-			lat := make([]time.Duration, 0, 1000*b.N)
-			for range b.N {
-				for range 1000 {
-					start := time.Now()
-					if err := fn(); err != nil {
-						b.Fatal(err)
-					}
-					lat = append(lat, time.Since(start))
-				}
-			}
-			b.StopTimer()
-			reportLatency(b, lat)
-		})
+	paths := []struct {
+		name string
+		fn   func() error
+	}{
+		{"lstat", func() error { _, err := os.Lstat(p); return err }},
+		{"ws", func() error { _, err := c.List(ctx, "none"); return err }},
+		{"stat", func() error { _, err := c.Files().Stat(ctx, p); return err }},
+		{"nobody", func() error { _, err := c.Files().As("nobody").Stat(ctx, p); return err }},
 	}
-	run("local-lstat", func() error { _, err := os.Lstat(p); return err })
-	run("ws-request", func() error { _, err := c.List(ctx, "none"); return err })
-	run("stat", func() error { _, err := c.Files().Stat(ctx, p); return err })
-	run("stat-as-nobody", func() error { _, err := c.Files().As("nobody").Stat(ctx, p); return err })
+	lat := make([][]time.Duration, len(paths))
+	for range b.N {
+		for range 1000 {
+			for i, path := range paths {
+				start := time.Now()
+				if err := path.fn(); err != nil {
+					b.Fatal(err)
+				}
+				lat[i] = append(lat[i], time.Since(start))
+			}
+		}
+	}
+	b.StopTimer()
+	p50 := make([]float64, len(paths))
+	for i, path := range paths {
+		slices.Sort(lat[i])
+		p50[i] = float64(lat[i][len(lat[i])/2].Nanoseconds()) / 1e3
+		b.ReportMetric(p50[i], path.name+"-p50-µs")
+		b.ReportMetric(float64(lat[i][len(lat[i])*99/100].Nanoseconds())/1e3, path.name+"-p99-µs")
+	}
+	b.ReportMetric(p50[2]/p50[1], "stat/ws")
+	b.ReportMetric(p50[3]/p50[1], "nobody/ws")
 }

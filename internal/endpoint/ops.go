@@ -14,7 +14,8 @@ import (
 // one at a time, in order, on the session's ordered worker.
 type op struct {
 	fn      func(c *call) (any, error)
-	slow    bool
+	slow    bool // runs on a goroutine of its own: it may take long
+	brief   bool // runs on the reader unless it blocks (brief.go)
 	ordered bool
 }
 
@@ -73,8 +74,10 @@ func unsupported(name string) func(*call) (any, error) {
 	}
 }
 
-// handleControl decodes and dispatches one text frame.
-func (ss *Session) handleControl(msg []byte) {
+// handleControl decodes and dispatches one text frame. It answers true
+// when a brief op passed the reading of the connection to another
+// goroutine.
+func (ss *Session) handleControl(msg []byte) (handedOff bool) {
 	req, err := wire.DecodeRequest(msg)
 	if err != nil {
 		ss.fail(req, err)
@@ -96,7 +99,7 @@ func (ss *Session) handleControl(msg []byte) {
 		ss.fail(req, wire.Errorf(wire.CodeBadRequest, "op %q needs an id", req.Op))
 		return
 	}
-	if !o.slow && !o.ordered {
+	if !o.slow && !o.brief && !o.ordered {
 		ss.respond(&call{ss: ss, req: req}, o)
 		return
 	}
@@ -105,6 +108,10 @@ func (ss *Session) handleControl(msg []byte) {
 	default:
 		ss.fail(req, wire.Errorf(wire.CodeLimit, "more than %d slow requests in flight on this connection", maxInflightOps))
 		return
+	}
+	if o.brief {
+		defer func() { <-ss.sem }()
+		return ss.runBrief(&call{ss: ss, req: req}, o)
 	}
 	run := func() {
 		defer func() { <-ss.sem }()
@@ -118,6 +125,7 @@ func (ss *Session) handleControl(msg []byte) {
 		return
 	}
 	go run()
+	return
 }
 
 // orderedLoop runs ordered ops one at a time until the session ends.

@@ -50,6 +50,13 @@ type Session struct {
 	// most connections never send one, and an agent serving hundreds of
 	// connections would keep as many idle goroutines and their stacks.
 	orderedOnce sync.Once
+	// The reading of the connection (brief.go): briefSeq numbers the
+	// brief ops the reader runs (only the current reader touches it),
+	// briefRunning is the one running (0: none), readEnded is closed when
+	// the connection's reading is over.
+	briefSeq     uint64
+	briefRunning atomic.Uint64
+	readEnded    chan struct{}
 
 	mu         sync.Mutex
 	atts       map[uint64]*attachment
@@ -95,7 +102,7 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 		srv: s, conn: conn, log: s.log, ctx: ctx, cancel: cancel,
 		ctrl: make(chan outFrame, controlQueue), data: make(chan outFrame, dataQueue),
 		sem: make(chan struct{}, maxInflightOps), ordered: make(chan func(), maxInflightOps),
-		atts: make(map[uint64]*attachment),
+		atts: make(map[uint64]*attachment), readEnded: make(chan struct{}),
 	}
 	s.mu.Lock()
 	if s.closing {
@@ -133,7 +140,8 @@ func (ss *Session) run() {
 		defer close(writerDone)
 		ss.writeLoop()
 	}()
-	ss.readLoop()
+	ss.read()
+	<-ss.readEnded
 	ss.cancel()
 	<-writerDone
 	ss.conn.CloseNow()
@@ -144,10 +152,11 @@ func (ss *Session) run() {
 	ss.pumps.Wait()
 }
 
-// readLoop reads frames until the connection fails or is closed. Its read
-// has no context on purpose: cancelling one makes the library drop the
-// connection without the close frame a resume must send.
-func (ss *Session) readLoop() {
+// readLoop reads frames until the connection fails or is closed (it
+// answers true) or a brief op passed the reading to another goroutine
+// (false). Its read has no context on purpose: cancelling one makes the
+// library drop the connection without the close frame a resume must send.
+func (ss *Session) readLoop() bool {
 	counter := ss.srv.cfg.Traffic
 	tooBig := false
 	var buf []byte
@@ -157,7 +166,7 @@ func (ss *Session) readLoop() {
 			if errors.Is(err, websocket.ErrMessageTooBig) {
 				ss.log.Debug("oversized frame closed the connection", zap.Error(err))
 			}
-			return
+			return true
 		}
 		counter.In(len(msg))
 		if tooBig {
@@ -169,8 +178,8 @@ func (ss *Session) readLoop() {
 			tooBig = ss.handleData(msg)
 		} else if len(msg) > wire.MaxControl {
 			tooBig = true
-		} else {
-			ss.handleControl(msg)
+		} else if ss.handleControl(msg) {
+			return false
 		}
 		if tooBig {
 			ss.closeWith(websocket.StatusMessageTooBig, "message too big")
