@@ -175,7 +175,8 @@ func (u *uploader) multipart(path string, mr *multipart.Reader) error {
 
 // file stages one file with the content r yields.
 func (u *uploader) file(path string, r io.Reader) error {
-	fw, err := u.s.cfg.Files.Create(u.user, path, files.WriteOptions{Parents: true, Metadata: u.metadata})
+	fw, err := u.s.cfg.Files.Create(u.user, path, files.WriteOptions{Parents: true, Metadata: u.metadata,
+		NoHash: true}) // envd answers no checksum
 	if err != nil {
 		return err
 	}

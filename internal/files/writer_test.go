@@ -97,6 +97,11 @@ func TestWriterOptions(t *testing.T) {
 	if err != nil || readFile(t, p) != "one+two" || c.Size != 7 || c.SHA256 != hex.EncodeToString(sum[:]) {
 		t.Fatalf("append: %q %+v %v", readFile(t, p), c, err)
 	}
+	// NoHash: the same content, appended and all, with no checksum.
+	c, err = write(p, "+three", WriteOptions{Append: true, NoHash: true})
+	if err != nil || readFile(t, p) != "one+two+three" || c.Size != 13 || c.SHA256 != "" {
+		t.Fatalf("append without a hash: %q %+v %v", readFile(t, p), c, err)
+	}
 	_, err = write(p, "x", WriteOptions{Exclusive: true})
 	wantKind(t, err, ErrExists)
 	if _, err := write(filepath.Join(root, "new"), "x", WriteOptions{Exclusive: true, Mode: 0o4755}); err != nil {
