@@ -400,7 +400,7 @@ func run(cfg config, log *zap.Logger) error {
 // is what a burst's peak is otherwise made of.
 func limitMemory(budget int64) {
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(budget + 32<<20)
+		debug.SetMemoryLimit(budget + 24<<20)
 	}
 }
 
