@@ -1,8 +1,6 @@
 package endpoint
 
 import (
-	"context"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -14,20 +12,13 @@ import (
 // without needing one.
 func briefAgent(t *testing.T) (*testAgent, chan struct{}) {
 	streams := stream.NewRegistryWith(stream.Limits{})
-	t.Cleanup(streams.Close)
 	srv := New(Config{Version: "test", Auth: NewAuth(testToken), Streams: streams})
 	release := make(chan struct{})
 	srv.ops["test_block"] = op{brief: true, fn: func(c *call) (any, error) {
 		<-release
 		return map[string]any{"released": true}, nil
 	}}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		hs.Close()
-	})
+	hs := serveTest(t, srv, streams.Close)
 	return &testAgent{srv: srv, http: hs, streams: streams, url: "ws" + hs.URL[len("http"):]}, release
 }
 

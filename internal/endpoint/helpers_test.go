@@ -81,12 +81,7 @@ func newTestAgentWith(t testing.TB, counter *traffic.Counter, limits ...stream.L
 	srv = New(Config{Version: "test", Auth: NewAuth(testToken), Streams: streams, Traffic: counter, Procs: procs,
 		PTYs: ptys, Watches: watches, Kernels: kernels, Files: fm,
 		Resume: resumer, Defaults: defaults, SetClock: func(time.Time) error { return nil }})
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		hs.Close()
+	hs := serveTest(t, srv, func() {
 		kernels.Close()
 		ptys.Close()
 		watches.Close()
@@ -96,6 +91,20 @@ func newTestAgentWith(t testing.TB, counter *traffic.Counter, limits ...stream.L
 		counter.Close()
 	})
 	return &testAgent{srv: srv, http: hs, streams: streams, traffic: counter, defaults: defaults, resume: resumer, url: "ws" + hs.URL[len("http"):]}
+}
+
+// serveTest serves srv on a test HTTP server; at cleanup it shuts srv
+// down, then closes what it serves.
+func serveTest(t testing.TB, srv *Server, closeAll func()) *httptest.Server {
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		hs.Close()
+		closeAll()
+	})
+	return hs
 }
 
 // cutter lets the resume manager reach a server built after it.
