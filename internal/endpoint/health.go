@@ -135,6 +135,7 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	runtime.ReadMemStats(&ms)
 	m.Metric("go_goroutines", "gauge", "Goroutines.", "", float64(runtime.NumGoroutine()))
 	m.Metric("go_memstats_heap_inuse_bytes", "gauge", "Heap bytes in use.", "", float64(ms.HeapInuse))
+	m.Metric("go_memstats_stack_inuse_bytes", "gauge", "Goroutine stack bytes in use.", "", float64(ms.StackInuse))
 	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	metrics.Read(live)
 	if live[0].Value.Kind() == metrics.KindUint64 {

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -55,4 +56,22 @@ func TestMetricsMemory(t *testing.T) {
 		t.Errorf("live heap %.0f bytes while %d are held", got, held)
 	}
 	runtime.KeepAlive(keep)
+
+	// Stacks are outside the heap: 1,000 parked goroutines hold at least
+	// their smallest stacks (2 KiB).
+	stacks := a.metric(t, "go_memstats_stack_inuse_bytes")
+	park := make(chan struct{})
+	var started sync.WaitGroup
+	for range 1000 {
+		started.Add(1)
+		go func() {
+			started.Done()
+			<-park
+		}()
+	}
+	started.Wait()
+	if got := a.metric(t, "go_memstats_stack_inuse_bytes"); got < stacks+1000*2048 {
+		t.Errorf("stacks %.0f bytes with 1,000 goroutines more, %.0f before", got, stacks)
+	}
+	close(park)
 }
