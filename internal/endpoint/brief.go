@@ -35,10 +35,10 @@ func (ss *Session) runBrief(c *call, o op) (handedOff bool) {
 	return true
 }
 
-// read reads the connection until it ends or the reading passes to
-// another goroutine; the goroutine that sees the end says so.
+// read reads the connection until it ends, then ends the session; or
+// until the reading passes to another goroutine, which will.
 func (ss *Session) read() {
 	if ss.readLoop() {
-		close(ss.readEnded)
+		ss.finish()
 	}
 }

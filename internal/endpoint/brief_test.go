@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/rayito/rayito-agent/internal/stream"
 )
 
@@ -95,5 +96,25 @@ func TestBlockedBriefOpsAreLimited(t *testing.T) {
 	}
 	if resp := rc.call(map[string]any{"op": "list"}); resp["result"] == nil {
 		t.Fatalf("list with the limit reached: %v", resp)
+	}
+}
+
+// A connection that closes while a brief op blocks ends its session at
+// once: the op, when it returns, finds the session gone.
+func TestBlockedBriefOpDoesNotHoldItsSession(t *testing.T) {
+	a, release := briefAgent(t)
+	defer close(release)
+	rc := a.dial(t)
+	rc.send(map[string]any{"op": "test_block"})
+	if resp := rc.call(map[string]any{"op": "list"}); resp["result"] == nil {
+		t.Fatalf("list behind a blocked op: %v", resp)
+	}
+	rc.c.Close(websocket.StatusNormalClosure, "")
+	deadline := time.Now().Add(10 * time.Second)
+	for len(a.srv.Sessions()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the session outlived its connection while an op blocked")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -52,11 +52,11 @@ type Session struct {
 	orderedOnce sync.Once
 	// The reading of the connection (brief.go): briefSeq numbers the
 	// brief ops the reader runs (only the current reader touches it),
-	// briefRunning is the one running (0: none), readEnded is closed when
-	// the connection's reading is over.
+	// briefRunning is the one running (0: none).
 	briefSeq     uint64
 	briefRunning atomic.Uint64
-	readEnded    chan struct{}
+
+	writerDone chan struct{} // closed when the writer has stopped
 
 	mu         sync.Mutex
 	atts       map[uint64]*attachment
@@ -102,7 +102,7 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 		srv: s, conn: conn, log: s.log, ctx: ctx, cancel: cancel,
 		ctrl: make(chan outFrame, controlQueue), data: make(chan outFrame, dataQueue),
 		sem: make(chan struct{}, maxInflightOps), ordered: make(chan func(), maxInflightOps),
-		atts: make(map[uint64]*attachment), readEnded: make(chan struct{}),
+		atts: make(map[uint64]*attachment), writerDone: make(chan struct{}),
 	}
 	s.mu.Lock()
 	if s.closing {
@@ -119,37 +119,43 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.cfg.Traffic.ConnOpened()
-	defer func() {
-		s.cfg.Traffic.ConnClosed()
-		s.mu.Lock()
-		delete(s.sessions, ss)
-		s.mu.Unlock()
-		s.wg.Done()
-	}()
 	ss.run()
 }
 
 // Generation is the resume generation at which the session opened.
 func (ss *Session) Generation() uint64 { return ss.generation }
 
+// run starts the writer and reads the connection. It returns once the
+// session has ended, or sooner if a brief op it ran passed the reading to
+// another goroutine, which then ends the session (brief.go): a blocked
+// op never holds a closed connection's session open.
 func (ss *Session) run() {
 	hello, _ := jsonBytes(map[string]any{"event": "hello", "protocol": 1, "version": ss.srv.cfg.Version, "generation": ss.generation, "instance": ss.srv.instance()})
 	ss.queue(ss.ctrl, outFrame{msg: hello})
-	writerDone := make(chan struct{})
 	go func() {
-		defer close(writerDone)
+		defer close(ss.writerDone)
 		ss.writeLoop()
 	}()
 	ss.read()
-	<-ss.readEnded
+}
+
+// finish ends the session once its reading is over, on the goroutine that
+// read last.
+func (ss *Session) finish() {
 	ss.cancel()
-	<-writerDone
+	<-ss.writerDone
 	ss.conn.CloseNow()
 	// Slow ops may still finish: they must not start pumps after this.
 	ss.mu.Lock()
 	ss.closed = true
 	ss.mu.Unlock()
 	ss.pumps.Wait()
+	s := ss.srv
+	s.cfg.Traffic.ConnClosed()
+	s.mu.Lock()
+	delete(s.sessions, ss)
+	s.mu.Unlock()
+	s.wg.Done()
 }
 
 // readLoop reads frames until the connection fails or is closed (it
