@@ -61,17 +61,26 @@ func (q *qmp) handshake(ctx context.Context) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.setDeadline(ctx)
-	var greeting struct {
-		QMP json.RawMessage `json:"QMP"`
+	// An event may come before the greeting: a loaded QEMU that starts
+	// its machine as the client connects has sent RESUME first.
+	for {
+		var greeting struct {
+			QMP   json.RawMessage `json:"QMP"`
+			Event string          `json:"event"`
+		}
+		line, err := q.r.ReadBytes('\n')
+		if err != nil {
+			return fmt.Errorf("qmp greeting: %w", err)
+		}
+		err = json.Unmarshal(line, &greeting)
+		switch {
+		case err == nil && greeting.Event != "":
+			continue
+		case err != nil || greeting.QMP == nil:
+			return fmt.Errorf("qmp greeting: unexpected %q", line)
+		}
+		return q.executeLocked("qmp_capabilities", nil, nil)
 	}
-	line, err := q.r.ReadBytes('\n')
-	if err != nil {
-		return fmt.Errorf("qmp greeting: %w", err)
-	}
-	if err := json.Unmarshal(line, &greeting); err != nil || greeting.QMP == nil {
-		return fmt.Errorf("qmp greeting: unexpected %q", line)
-	}
-	return q.executeLocked("qmp_capabilities", nil, nil)
 }
 
 // execute runs one command; result, if not nil, receives its "return".

@@ -1,10 +1,14 @@
 package vm
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
+	"net"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -80,5 +84,45 @@ func TestDialQMPGivesUpWithTheContext(t *testing.T) {
 	_, err := dialQMP(ctx, filepath.Join(t.TempDir(), "never.sock"))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err = %v, want context.DeadlineExceeded", err)
+	}
+}
+
+// An event that reaches the client before the greeting is skipped: a
+// loaded QEMU that started its machine as the client connected sent
+// RESUME first (seen in a loaded `make test`). The socket here replays
+// that order, then answers as QEMU does; anything but a greeting or an
+// event first is still refused.
+func TestQMPEventBeforeGreeting(t *testing.T) {
+	serve := func(first string) string {
+		sock := filepath.Join(t.TempDir(), "qmp.sock")
+		l, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		go func() {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			io.WriteString(c, first)
+			io.WriteString(c, `{"QMP": {"version": {"qemu": {"major": 9, "minor": 0, "micro": 0}}, "capabilities": []}}`+"\r\n")
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			if strings.Contains(line, "qmp_capabilities") {
+				io.WriteString(c, `{"return": {}, "id": 1}`+"\r\n")
+			}
+		}()
+		return sock
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	q, err := dialQMP(ctx, serve(`{"timestamp": {"seconds": 1, "microseconds": 2}, "event": "RESUME"}`+"\r\n"))
+	if err != nil {
+		t.Fatalf("an event before the greeting: %v", err)
+	}
+	q.Close()
+	if _, err := dialQMP(ctx, serve(`{"error": {"class": "GenericError", "desc": "no"}}`+"\r\n")); err == nil || !strings.Contains(err.Error(), "greeting") {
+		t.Errorf("an error before the greeting: err = %v, want a greeting error", err)
 	}
 }
