@@ -27,6 +27,9 @@ const (
 	// nudgeEvery paces the kernel_info requests sent while waiting for the
 	// first iopub message, which proves our subscription is live.
 	nudgeEvery = 100 * time.Millisecond
+	// resendEvery paces what a start repeats in case it was lost: the
+	// first kernel_info_request, and the iopub subscription.
+	resendEvery = 2 * time.Second
 	// stop steps: shutdown_request, then SIGTERM, then SIGKILL to the group.
 	stopPolite = 2 * time.Second
 	stopTerm   = time.Second
@@ -126,7 +129,7 @@ func (m *Manager) startInstance(ctx context.Context, ls launchSpec) (*instance, 
 	// process, which ends the dial.
 	giveUp := context.AfterFunc(ctx, inst.kill)
 
-	conn, err := dialClient(inst.ctx, info, ls.onIOPub, inst.log)
+	conn, err := dialClient(inst.ctx, info, ls.onIOPub, inst.log, m.lose)
 	inst.conn = conn
 	close(inst.dialed)
 	if err == nil {
@@ -176,17 +179,36 @@ func (inst *instance) waitReady(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	if _, err := inst.conn.request(ctx, chShell, "kernel_info_request", struct{}{}); err != nil {
-		return err
+	// The first request and the subscription are repeated until they are
+	// answered: ZeroMQ delivers a message on a connection that is up, but
+	// a start on a loaded machine once waited its two minutes out with the
+	// kernel up (a loaded make test), and zmq4 sends a SUB socket's
+	// subscription to a new connection once, ignoring a failure. A
+	// kernel_info_request is harmless to repeat; replies to the earlier
+	// ones are dropped.
+	for {
+		attempt, cancel := context.WithTimeout(ctx, resendEvery)
+		_, err := inst.conn.request(attempt, chShell, "kernel_info_request", struct{}{})
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return errors.Join(ctx.Err(), err)
+		}
 	}
 	// Each kernel_info_request makes the kernel publish busy and idle;
 	// once one arrives the SUB subscription has reached the kernel.
+	resubscribe := time.NewTicker(resendEvery)
+	defer resubscribe.Stop()
 	for {
 		select {
 		case <-inst.conn.iopubSeen:
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-resubscribe.C:
+			inst.conn.subscribe()
 		case <-time.After(nudgeEvery):
 			if m, err := newMessage(inst.conn.session, "kernel_info_request", nil, struct{}{}); err == nil {
 				inst.conn.send(chShell, m)

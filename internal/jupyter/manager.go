@@ -57,6 +57,9 @@ type Manager struct {
 	// politeStop is how long a stopping kernel has to exit on its
 	// shutdown_request; tests on a loaded machine give it longer.
 	politeStop time.Duration
+	// lose makes kernel clients lose messages, for tests of a start
+	// that must survive it; nil otherwise.
+	lose *losses
 
 	defMu sync.Mutex // serializes finding or starting the default kernel
 

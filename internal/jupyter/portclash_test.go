@@ -52,3 +52,31 @@ func TestStartRetriesATakenPort(t *testing.T) {
 		t.Fatalf("cell on the retried kernel: %+v, end %+v", evs, end)
 	}
 }
+
+// TestStartSurvivesLostMessages: a kernel start whose first
+// kernel_info_requests and whose iopub subscription are lost (as a start
+// on a loaded machine once waited its two minutes out with the kernel up)
+// repeats them and gets a working kernel.
+func TestStartSurvivesLostMessages(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	m := NewManager(Options{Registry: env.reg, Reaper: env.mgr.reaper})
+	defer m.Close()
+	m.lose = &losses{subscription: true}
+	m.lose.requests.Store(2)
+	k, err := m.Start(ctx, StartOptions{})
+	if err != nil {
+		t.Fatalf("start with lost messages: %v", err)
+	}
+	if n := m.lose.requests.Load(); n >= 0 {
+		t.Fatalf("%d lost requests left: the start did not send its request again", n+1)
+	}
+	s, _, err := m.Execute(ctx, k.ID(), "print(6*7)", 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, end := attach(t, s, 0).all()
+	if end.Status != "ok" || stdout(evs) != "42\n" {
+		t.Fatalf("cell on the kernel: %+v, end %+v", evs, end)
+	}
+}
