@@ -8,7 +8,8 @@ import (
 
 // op is one protocol operation. Slow ops (those that fork, start kernels or
 // wait) run on their own goroutine so the connection keeps reading acks and
-// input meanwhile; quick ones run in order on the reader goroutine. Ordered
+// input meanwhile; quick ones run in order on the reader goroutine, and so
+// do brief ones (file ops) unless they block (brief.go). Ordered
 // ops are slow ops whose effects must follow the order of the requests
 // (cells queue on a kernel in the order the client sent them): they run
 // one at a time, in order, on the session's ordered worker.

@@ -145,7 +145,8 @@ func (ss *Session) finish() {
 	ss.cancel()
 	<-ss.writerDone
 	ss.conn.CloseNow()
-	// Slow ops may still finish: they must not start pumps after this.
+	// Slow ops, and a brief op that passed the reading on, may still
+	// finish: they must not start pumps after this.
 	ss.mu.Lock()
 	ss.closed = true
 	ss.mu.Unlock()
