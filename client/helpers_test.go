@@ -18,6 +18,7 @@ import (
 
 	"github.com/rayito/rayito-agent/client"
 	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/endpoint/endpointtest"
 	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
@@ -84,12 +85,7 @@ func newAgent(t testing.TB, limits ...stream.Limits) *agent {
 	srv = endpoint.New(endpoint.Config{Version: "test", Auth: endpoint.NewAuth(testToken), Streams: streams,
 		Procs: procs, PTYs: ptys, Watches: watches, Kernels: kernels, Files: fm, Resume: resumer, Defaults: defaults,
 		SetClock: func(time.Time) error { return nil }})
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		hs.Close()
+	hs := endpointtest.Serve(t, srv.Handler(), srv.Shutdown, func() {
 		kernels.Close()
 		ptys.Close()
 		watches.Close()

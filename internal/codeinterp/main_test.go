@@ -2,11 +2,9 @@ package codeinterp_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/rayito/rayito-agent/internal/codeinterp"
 	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/endpoint/endpointtest"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/proc/proctest"
@@ -57,12 +56,7 @@ func newAgent(t testing.TB) *agent {
 	for _, p := range api.Patterns() {
 		srv.Mount(p, api)
 	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		hs.Close()
+	hs := endpointtest.Serve(t, srv.Handler(), srv.Shutdown, func() {
 		kernels.Close()
 		streams.Close()
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/rayito/rayito-agent/internal/endpoint/endpointtest"
 	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
@@ -96,15 +97,7 @@ func newTestAgentWith(t testing.TB, counter *traffic.Counter, limits ...stream.L
 // serveTest serves srv on a test HTTP server; at cleanup it shuts srv
 // down, then closes what it serves.
 func serveTest(t testing.TB, srv *Server, closeAll func()) *httptest.Server {
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		hs.Close()
-		closeAll()
-	})
-	return hs
+	return endpointtest.Serve(t, srv.Handler(), srv.Shutdown, closeAll)
 }
 
 // cutter lets the resume manager reach a server built after it.

@@ -1,0 +1,24 @@
+package endpointtest
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+// Serve serves an agent's handler h on a test HTTP server. At cleanup it
+// shuts the agent down (shutdown, given at most 10 s), closes the server,
+// then runs closeAll for the managers the agent served.
+func Serve(t testing.TB, h http.Handler, shutdown func(context.Context) error, closeAll func()) *httptest.Server {
+	hs := httptest.NewServer(h)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shutdown(ctx)
+		hs.Close()
+		closeAll()
+	})
+	return hs
+}
