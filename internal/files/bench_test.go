@@ -41,11 +41,12 @@ func BenchmarkStat(b *testing.B) {
 }
 
 // BenchmarkIdentitySwitch compares ways to run an empty operation as
-// nobody: a new goroutine on a thread that switches and switches back
-// (what the manager's as does), handing it to a thread kept with nobody's
-// identity (what the manager did until 2026-12-02), and the switch and
-// switch back on the caller's own thread. BenchmarkStatRoundTrip in the
-// client package measures them where they count, behind a request.
+// nobody: the manager's as (the switch and the switch back on the
+// caller's own thread, no setgroups when the groups match), the same with
+// setgroups both ways, a new goroutine locked to its thread for each
+// operation (what as did until 2026-12-02 late), and handing it to a
+// thread kept with nobody's identity (before that). BenchmarkStatRoundTrip
+// in the client package measures them where they count, behind a request.
 func BenchmarkIdentitySwitch(b *testing.B) {
 	needRoot(b)
 	m, _ := newManager(b)
@@ -54,20 +55,45 @@ func BenchmarkIdentitySwitch(b *testing.B) {
 		b.Fatal(err)
 	}
 	id := identity{uid: u.UID, gid: u.GID, groups: u.Groups}
-	b.Run("new-goroutine", func(b *testing.B) {
+	b.Run("as", func(b *testing.B) {
 		for range b.N {
 			m.as(u, func() error { return nil })
+		}
+	})
+	switchBack := func(groups bool) {
+		setFS(id, groups)
+		if _, err := setFS(m.self, groups); err != nil {
+			b.Fatal("identity not restored")
+		}
+	}
+	b.Run("caller-thread-setgroups", func(b *testing.B) {
+		for range b.N {
+			runtime.LockOSThread()
+			switchBack(true)
+			runtime.UnlockOSThread()
+		}
+	})
+	b.Run("new-goroutine", func(b *testing.B) {
+		for range b.N {
+			done := make(chan struct{})
+			go func() {
+				runtime.LockOSThread()
+				switchBack(false)
+				runtime.UnlockOSThread()
+				close(done)
+			}()
+			<-done
 		}
 	})
 	b.Run("kept-thread", func(b *testing.B) {
 		ops := make(chan chan struct{})
 		go func() {
 			runtime.LockOSThread()
-			setFS(id)
+			setFS(id, true)
 			for done := range ops {
 				close(done)
 			}
-			if setFS(m.self) == nil {
+			if _, err := setFS(m.self, true); err == nil {
 				runtime.UnlockOSThread()
 			}
 		}()
@@ -76,16 +102,6 @@ func BenchmarkIdentitySwitch(b *testing.B) {
 			done := make(chan struct{})
 			ops <- done
 			<-done
-		}
-	})
-	b.Run("caller-thread", func(b *testing.B) {
-		for range b.N {
-			runtime.LockOSThread()
-			setFS(id)
-			if setFS(m.self) != nil {
-				b.Fatal("identity not restored")
-			}
-			runtime.UnlockOSThread()
 		}
 	})
 }

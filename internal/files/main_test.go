@@ -8,6 +8,12 @@ import (
 	"time"
 )
 
+// init keeps the main goroutine on the process's main thread, so that no
+// test's goroutine runs there: the runtime parks that thread for good
+// instead of ending it when a goroutine locked to it ends, and
+// TestFailedSwitchBackRetiresThread checks that its thread ends.
+func init() { runtime.LockOSThread() }
+
 // TestMain fails the run if goroutines outlive the tests: transfers and
 // worker threads must all end with their manager.
 func TestMain(m *testing.M) {

@@ -1,15 +1,24 @@
 package files
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/proc/proctest"
+	"golang.org/x/sys/unix"
 )
 
 // TestNobody: operations as nobody are checked as nobody, and what nobody
@@ -128,4 +137,143 @@ func TestIdentityStaysOnItsThread(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// TestFailedSwitchBackRetiresThread: when a thread cannot get the agent's
+// identity back, the operation's goroutine ends (its deferred calls run)
+// and takes the thread with it, and the agent's own operations keep
+// working: no thread is left with nobody's identity.
+func TestFailedSwitchBackRetiresThread(t *testing.T) {
+	needRoot(t)
+	m, _ := newManager(t)
+	dir := t.TempDir()
+	os.Chmod(dir, 0o700)
+	f := filepath.Join(dir, "f")
+	writeFile(t, f, "x")
+	m.restoreFS = func(identity, bool) (uint32, error) { return 0, errors.New("injected") }
+	u, err := m.User("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tid := make(chan int, 1)
+	ended := make(chan struct{})
+	returned := false
+	go func() {
+		defer close(ended)
+		m.as(u, func() error {
+			tid <- unix.Gettid()
+			return nil
+		})
+		returned = true
+	}()
+	<-ended
+	if returned {
+		t.Fatal("as returned on a thread that still acts as nobody")
+	}
+	task := fmt.Sprintf("/proc/self/task/%d", <-tid)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(task); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the thread that kept nobody's identity is still alive (%s)", task)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 200 {
+		if _, err := m.Stat("", f); err != nil {
+			t.Fatalf("the agent lost its identity: %v", err)
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestNestedSwitchRefused: as inside as would give the outer operation
+// the agent's identity back when the inner one ends, so it panics before
+// the inner operation runs.
+func TestNestedSwitchRefused(t *testing.T) {
+	needRoot(t)
+	m, _ := newManager(t)
+	u, err := m.User("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	innerRan := false
+	var panicked any
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() { panicked = recover() }()
+		m.as(u, func() error {
+			return m.as(u, func() error {
+				innerRan = true
+				return nil
+			})
+		})
+	}()
+	<-done
+	if innerRan {
+		t.Error("the nested operation ran")
+	}
+	if s, _ := panicked.(string); !strings.Contains(s, "as called on a thread acting as uid") {
+		t.Errorf("panic = %v, want the nested switch refused", panicked)
+	}
+}
+
+// TestSupplementaryGroups: a user's other groups count as a process of
+// the user's would have them (a switch that skipped setgroups for such a
+// user would be refused here), and a user without them is refused.
+func TestSupplementaryGroups(t *testing.T) {
+	needRoot(t)
+	name, group := proctest.AccountNames(t)
+	run := func(argv ...string) {
+		t.Helper()
+		proctest.Admin(t, argv...)
+	}
+	run("groupadd", group)
+	t.Cleanup(func() { exec.Command("groupdel", group).Run() })
+	run("useradd", "-M", "-s", "/usr/sbin/nologin", "-G", group, name)
+	t.Cleanup(func() { exec.Command("userdel", name).Run() })
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gid, _ := strconv.Atoi(g.Gid)
+
+	m, _ := newManager(t)
+	parent := t.TempDir()
+	openDir(t, parent)
+	dir := filepath.Join(parent, "shared")
+	os.Mkdir(dir, 0o750)
+	os.Chown(dir, 0, gid)
+	writeFile(t, filepath.Join(dir, "f"), "x")
+	if _, err := m.List(name, dir, 1); err != nil {
+		t.Errorf("a member of %s cannot list its 0750 directory: %v", group, err)
+	}
+	_, err = m.List("nobody", dir, 1)
+	wantKind(t, err, ErrPermission)
+	if _, err := m.List(name, dir, 1); err != nil {
+		t.Errorf("after nobody's switch, a member of %s cannot list its directory: %v", group, err)
+	}
+}
+
+func TestSameGroups(t *testing.T) {
+	for _, c := range []struct {
+		groups, own []uint32
+		same        bool
+	}{
+		{[]uint32{65534}, nil, true},      // only the primary group
+		{nil, nil, true},                  // no groups at all
+		{[]uint32{65534, 27}, nil, false}, // another group to add
+		{[]uint32{65534}, []uint32{0}, false},
+		{[]uint32{65534, 0}, []uint32{0}, true},
+		{[]uint32{65534, 0, 0}, []uint32{0}, true}, // duplicates
+		{[]uint32{65534}, []uint32{65534}, true},   // the primary group among own
+	} {
+		u := User{UID: 65534, GID: 65534, Groups: c.groups}
+		if got := sameGroups(u, c.own); got != c.same {
+			t.Errorf("sameGroups(groups %v, own %v) = %v, want %v", c.groups, c.own, got, c.same)
+		}
+	}
 }
