@@ -103,10 +103,7 @@ func TestDefaultUser(t *testing.T) {
 func TestIdentityStaysOnItsThread(t *testing.T) {
 	needRoot(t)
 	m, _ := newManager(t)
-	dir := t.TempDir()
-	os.Chmod(dir, 0o700)
-	f := filepath.Join(dir, "f")
-	writeFile(t, f, "x")
+	f := rootOnlyFile(t)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for range 4 {
@@ -146,10 +143,7 @@ func TestIdentityStaysOnItsThread(t *testing.T) {
 func TestFailedSwitchBackRetiresThread(t *testing.T) {
 	needRoot(t)
 	m, _ := newManager(t)
-	dir := t.TempDir()
-	os.Chmod(dir, 0o700)
-	f := filepath.Join(dir, "f")
-	writeFile(t, f, "x")
+	f := rootOnlyFile(t)
 	m.restoreFS = func(identity, bool) (uint32, error) { return 0, errors.New("injected") }
 	u, err := m.User("nobody")
 	if err != nil {
@@ -276,4 +270,13 @@ func TestSameGroups(t *testing.T) {
 			t.Errorf("sameGroups(groups %v, own %v) = %v, want %v", c.groups, c.own, got, c.same)
 		}
 	}
+}
+
+// rootOnlyFile is a file in a directory only root may enter.
+func rootOnlyFile(t *testing.T) string {
+	dir := t.TempDir()
+	os.Chmod(dir, 0o700)
+	f := filepath.Join(dir, "f")
+	writeFile(t, f, "x")
+	return f
 }
