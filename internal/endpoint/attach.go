@@ -106,56 +106,111 @@ func (ss *Session) attached(id uint64) *attachment {
 // of output at once.
 const pumpAhead = 2
 
+// directLimit is the most output deliver sends itself: a keystroke's
+// echo, a prompt, a line or a few. A producer's bulk reads are larger
+// (stream.minRead, 16 KiB), so bulk output goes through the pump and
+// the writer, in frames as large as the writer's pace gathers.
+const directLimit = 2 << 10
+
 // pump delivers one attachment until its end item or the session's end.
+// While it waits, whoever appends output may send it instead (deliver).
 func (ss *Session) pump(a *attachment) {
 	defer ss.pumps.Done()
 	defer ss.release(a)
 	ahead := make(chan struct{}, pumpAhead)
 	written := func() { <-ahead }
+	hook := func() { ss.deliver(a) }
 	for {
 		select {
 		case ahead <- struct{}{}:
 		case <-ss.ctx.Done():
 			return
 		}
-		item, err := a.att.NextShared(ss.ctx, maxChunk)
+		item, err := a.att.NextParked(ss.ctx, maxChunk, hook)
 		if err != nil {
 			return
 		}
-		f := outFrame{release: written}
-		switch item.Kind {
-		case stream.ItemData:
-			if len(item.Data) <= smallFrame {
-				bp := frameBufs.Get().(*[]byte)
-				f.binary, f.msg = true, append(appendOutHeader((*bp)[:0], a.st.ID, item), item.Data...)
-				item.Release()
-				f.release = func() {
-					frameBufs.Put(bp)
-					written()
-				}
-			} else {
-				hdr := appendOutHeader(make([]byte, 0, wire.MaxDataHeader), a.st.ID, item)
-				f.binary, f.msg, f.payload = true, hdr, item.Data
-				f.release = func() {
-					item.Release()
-					written()
-				}
-			}
-		case stream.ItemEvent:
-			f.msg = item.Data
-		case stream.ItemGap:
-			f.msg, _ = jsonBytes(map[string]any{"event": "gap", "stream": a.st.ID, "channel": item.Channel, "from": item.From, "to": item.To})
-		case stream.ItemEnd:
-			f.msg = endEvent(a.st.ID, item.End, item.Cursors)
-			// Gone before the client can see the end: a client that
-			// attaches again as soon as it has the end must not find
-			// the old attachment still registered.
-			ss.release(a)
-		}
-		if !ss.sendData(f) || item.Kind == stream.ItemEnd {
+		f := ss.frame(a, item, written)
+		ok := ss.sendData(f)
+		a.att.Unclaim()
+		if !ok || item.Kind == stream.ItemEnd {
 			return
 		}
 	}
+}
+
+// deliver is a parked pump's hook (stream/handoff.go), run by the
+// goroutine that appended output: while the connection is idle it writes
+// the attachment's items itself, as sendControl writes a control frame,
+// which spares a keystroke's echo the pump's and the writer's wake-ups.
+// When the connection is busy, its socket's buffer has little room
+// (sendroom.go: the producer must not wait for this client), or a backlog
+// is waiting, it wakes the pump instead, whose frames queue for the
+// writer: the writer's pace is what gathers output into large frames.
+func (ss *Session) deliver(a *attachment) {
+	for {
+		if !ss.out.writing.TryLock() {
+			a.att.Wake()
+			return
+		}
+		if ss.out.pending.Load() > 0 || !socketRoom(ss.sock) {
+			ss.out.writing.Unlock()
+			a.att.Wake()
+			return
+		}
+		item, ok := a.att.TakeParked(maxChunk, directLimit)
+		if !ok {
+			ss.out.writing.Unlock()
+			return
+		}
+		f := ss.frame(a, item, nil)
+		ok = ss.write(f)
+		ss.out.writing.Unlock()
+		a.att.Unclaim()
+		if !ok || item.Kind == stream.ItemEnd {
+			a.att.Wake() // the pump finds the end, or the session's
+			return
+		}
+	}
+}
+
+// frame turns an item into its frame; written, if not nil, runs once the
+// frame is written or dropped. An end item also unregisters the
+// attachment: a client that attaches again as soon as it has the end
+// must not find the old attachment still registered.
+func (ss *Session) frame(a *attachment, item stream.Item, written func()) outFrame {
+	f := outFrame{release: written}
+	switch item.Kind {
+	case stream.ItemData:
+		if len(item.Data) <= smallFrame {
+			bp := frameBufs.Get().(*[]byte)
+			f.binary, f.msg = true, append(appendOutHeader((*bp)[:0], a.st.ID, item), item.Data...)
+			item.Release()
+			f.release = func() {
+				frameBufs.Put(bp)
+				if written != nil {
+					written()
+				}
+			}
+		} else {
+			hdr := appendOutHeader(make([]byte, 0, wire.MaxDataHeader), a.st.ID, item)
+			f.binary, f.msg, f.payload = true, hdr, item.Data
+			f.release = func() {
+				item.Release()
+				if written != nil {
+					written()
+				}
+			}
+		}
+	case stream.ItemEvent:
+		f.msg = item.Data
+	case stream.ItemGap:
+		f.msg, _ = jsonBytes(map[string]any{"event": "gap", "stream": a.st.ID, "channel": item.Channel, "from": item.From, "to": item.To})
+	case stream.ItemEnd:
+		f.msg = endEvent(a.st.ID, item.End, item.Cursors)
+		ss.release(a)
+	}
+	return f
 }
 
 // release unregisters the attachment and closes it; it may run twice.

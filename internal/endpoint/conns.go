@@ -98,6 +98,9 @@ type conn struct {
 
 var _ io.ReaderFrom = (*conn)(nil)
 
+// NetConn is the accepted connection itself (for its socket: sendroom.go).
+func (c *conn) NetConn() net.Conn { return c.Conn }
+
 // ReadFrom keeps the socket's own (sendfile, splice): net/http sends a
 // file body through it, and the embedded interface alone would hide it.
 func (c *conn) ReadFrom(r io.Reader) (int64, error) {

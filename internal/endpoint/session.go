@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/coder/websocket"
 	"go.uber.org/zap"
@@ -37,6 +38,7 @@ const (
 type Session struct {
 	srv    *Server
 	conn   *websocket.Conn
+	sock   syscall.RawConn // conn's socket, nil if none (sendroom.go)
 	log    *zap.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -87,7 +89,8 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, wire.Errorf(wire.CodeUnavailable, "agent is shutting down"))
 		return
 	}
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	hc := &hijackCapture{ResponseWriter: w}
+	conn, err := websocket.Accept(hc, r, &websocket.AcceptOptions{
 		Subprotocols: []string{Subprotocol},
 		// The token authenticates; origins are whatever proxy fronts us.
 		InsecureSkipVerify: true,
@@ -99,7 +102,7 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 	conn.SetReadLimit(wire.MaxMessage)
 	ctx, cancel := context.WithCancel(context.Background())
 	ss := &Session{
-		srv: s, conn: conn, log: s.log, ctx: ctx, cancel: cancel,
+		srv: s, conn: conn, sock: rawSocket(hc.conn), log: s.log, ctx: ctx, cancel: cancel,
 		ctrl: make(chan outFrame, controlQueue), data: make(chan outFrame, dataQueue),
 		sem: make(chan struct{}, maxInflightOps), ordered: make(chan func(), maxInflightOps),
 		atts: make(map[uint64]*attachment), writerDone: make(chan struct{}),
@@ -274,10 +277,12 @@ func (ss *Session) flushControl() bool {
 // write (docs/benchmarks.md, Keystroke echo: a request answered on the
 // reader 54 to 67 µs round trip instead of 92 to 131). A frame that finds
 // anything pending queues behind it, so frames keep their order. Data
-// frames always queue: the writer's pace is what lets an attachment
-// gather output into large frames (written by their pumps directly,
-// 256 MiB of output moved at 0.34 to 0.44 of the pipe's rate instead of
-// 0.53 to 0.58).
+// frames queue too, but for a little output to an idle connection, which
+// the goroutine that produced it writes itself (deliver in attach.go: a
+// keystroke's echo): the writer's pace is what lets an attachment gather
+// output into large frames (written by their pumps directly, 256 MiB of
+// output moved at 0.34 to 0.44 of the pipe's rate instead of 0.53 to
+// 0.58).
 //
 // The reader may thus write, and block while the client does not read
 // (as it blocks on a full control queue without this); other connections

@@ -69,6 +69,7 @@ type Attachment struct {
 	cutAt  []uint64
 	closed bool
 	ended  bool
+	ho     handoff // a parked consumer's hook (handoff.go)
 }
 
 // Attach starts reading the stream from the given cursors (missing
@@ -351,6 +352,7 @@ func (a *Attachment) Close() {
 		return
 	}
 	a.closed = true
+	a.kickLocked()
 	s.attached--
 	if i := slices.Index(s.atts, a); i >= 0 {
 		s.atts = slices.Delete(s.atts, i, i+1)

@@ -15,3 +15,11 @@ func SetEventMaxBytes(l *Log, n int) {
 	defer l.s.mu.Unlock()
 	l.maxBytes = n
 }
+
+// Armed reports whether a's consumer is parked with its hook armed: the
+// next append calls the hook.
+func Armed(a *Attachment) bool {
+	a.s.mu.Lock()
+	defer a.s.mu.Unlock()
+	return a.ho.armed
+}

@@ -229,7 +229,18 @@ func (l *Log) reserveTail(n int) []byte {
 func (l *Log) commit(n int) {
 	s := l.s
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var buf [4]func()
+	hooks := l.commitLocked(n, buf[:0])
+	s.mu.Unlock()
+	for _, h := range hooks {
+		h()
+	}
+}
+
+// commitLocked is commit under the stream's lock; it returns the hooks of
+// parked consumers to call once the lock is released (handoff.go).
+func (l *Log) commitLocked(n int, hooks []func()) []func() {
+	s := l.s
 	if l.skipping != nil {
 		putScratch(l.skipping)
 		l.skipping = nil
@@ -238,7 +249,7 @@ func (l *Log) commit(n int) {
 			l.discard(int(l.end - l.start))
 			s.notifyLocked()
 		}
-		return
+		return hooks
 	}
 	l.reserving = false
 	if l.closed {
@@ -247,13 +258,14 @@ func (l *Log) commit(n int) {
 		if s.freed {
 			l.dropChunks(true)
 		}
-		return
+		return hooks
 	}
 	if n > 0 {
 		l.data.tail().n += n
 		l.end += uint64(n)
-		s.notifyLocked()
+		hooks = s.hooksLocked(hooks)
 	}
+	return hooks
 }
 
 // scratch takes what a producer writes to a Drop log while the budget has

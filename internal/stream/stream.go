@@ -258,6 +258,7 @@ func (s *Stream) cursorsLocked(pos []uint64) map[string]uint64 {
 func (s *Stream) notifyLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
+	s.kickParkedLocked()
 }
 
 // inGraceLocked reports whether Block logs must still hold unacknowledged
