@@ -41,12 +41,14 @@ func BenchmarkStat(b *testing.B) {
 }
 
 // BenchmarkIdentitySwitch compares ways to run an empty operation as
-// nobody: the manager's as (the switch and the switch back on the
-// caller's own thread, no setgroups when the groups match), the same with
-// setgroups both ways, a new goroutine locked to its thread for each
-// operation (what as did until 2026-12-02 late), and handing it to a
-// thread kept with nobody's identity (before that). BenchmarkStatRoundTrip
-// in the client package measures them where they count, behind a request.
+// nobody: the manager's as (a new goroutine locked to its thread, which
+// switches and switches back, no setgroups when the groups match), the
+// same with setgroups both ways (as until 2026-12-02 late), the switch on
+// the caller's own thread, and handing the operation to a thread kept
+// with nobody's identity (before 2026-12-02). The caller's thread is the
+// cheapest here, yet slowed every other request of the connection whose
+// reader switched (docs/benchmarks.md, Files): BenchmarkStatRoundTrip in
+// the client package measures the ways where they count.
 func BenchmarkIdentitySwitch(b *testing.B) {
 	needRoot(b)
 	m, _ := newManager(b)
@@ -55,34 +57,34 @@ func BenchmarkIdentitySwitch(b *testing.B) {
 		b.Fatal(err)
 	}
 	id := identity{uid: u.UID, gid: u.GID, groups: u.Groups}
-	b.Run("as", func(b *testing.B) {
-		for range b.N {
-			m.as(u, func() error { return nil })
-		}
-	})
 	switchBack := func(groups bool) {
 		setFS(id, groups)
 		if _, err := setFS(m.self, groups); err != nil {
 			b.Fatal("identity not restored")
 		}
 	}
-	b.Run("caller-thread-setgroups", func(b *testing.B) {
+	b.Run("as", func(b *testing.B) {
 		for range b.N {
-			runtime.LockOSThread()
-			switchBack(true)
-			runtime.UnlockOSThread()
+			m.as(u, func() error { return nil })
 		}
 	})
-	b.Run("new-goroutine", func(b *testing.B) {
+	b.Run("new-goroutine-setgroups", func(b *testing.B) {
 		for range b.N {
 			done := make(chan struct{})
 			go func() {
 				runtime.LockOSThread()
-				switchBack(false)
+				switchBack(true)
 				runtime.UnlockOSThread()
 				close(done)
 			}()
 			<-done
+		}
+	})
+	b.Run("caller-thread", func(b *testing.B) {
+		for range b.N {
+			runtime.LockOSThread()
+			switchBack(false)
+			runtime.UnlockOSThread()
 		}
 	})
 	b.Run("kept-thread", func(b *testing.B) {

@@ -18,33 +18,33 @@
 // user, ACLs and all. The identity is set with raw system calls (the libc
 // and Go wrappers of setgroups change every thread of the process).
 //
-// An operation as another user runs on the caller's goroutine, locked to
-// its thread, which takes the user's identity, runs the operation and
-// gives the identity back before it is unlocked. If restoring the agent's
-// identity ever failed, the goroutine would end still locked (its
-// request unanswered) and the runtime would retire the thread, so no
-// other goroutine ever runs with a borrowed identity. (The runtime never
-// clones a new thread from a locked one, so none inherits it either.)
+// Each operation as another user runs on a goroutine of its own, locked
+// to its thread, which takes the user's identity, runs the operation and
+// gives the identity back before the thread returns to the runtime's pool.
+// If restoring the agent's identity ever failed, the goroutine would end
+// still locked and the runtime would retire the thread, so no other
+// goroutine ever runs with a borrowed identity. (The runtime never clones
+// a new thread from a locked one, so none inherits it either.)
 //
-// Why there: a system call costs about 1.1 µs on the project's VM and a
-// credential change about 1.9; a switch there and back is four changes
-// (fsgid and fsuid) and four checks that they took, about 12 µs, plus two
-// changes of the groups (4 µs more) only for a user with groups beyond
-// its primary one (the kernel checks the fsgid first). The other ways
-// cost more where it counts: a new goroutine per operation (this package
-// until 2026-12-02) added about 8 µs, the wake-up of a thread on the
-// other vCPU; threads kept with a user's identity (until that morning)
-// spared the changes but handed every operation to another thread and
-// back, two wake-ups. A stat as nobody through the Go client took 122 to
-// 126 µs with kept threads, 64 to 66 with a new goroutine each (the
-// endpoint answering it on its reader), and, in a noisier hour, 90 to 92
-// now against 94 to 95 with a goroutine each (BenchmarkStatRoundTrip in
-// the client package; BenchmarkIdentitySwitch compares the ways on an
-// empty operation: 12.5 µs now, 20.5 with a goroutine each, 17 on the
-// caller's thread with setgroups, 34 to 37 with kept threads). A helper
-// process per user would cost a round trip through a pipe per operation
-// plus a process per user, for nothing the kernel's per-thread identity
-// does not already give.
+// Why a new goroutine each time: a system call costs about 1.1 µs on the
+// project's VM and a credential change about 1.9; a switch there and back
+// is four changes (fsgid and fsuid) and four checks that they took, plus
+// two changes of the groups only for a user with groups beyond its
+// primary one (the kernel checks the fsgid first, so nobody needs none).
+// The other ways cost more where it counts. Threads kept with a user's
+// identity (this package until 2026-12-02) spared the changes but handed
+// every operation to another thread and back, two thread wake-ups, which
+// a VM prices high when the other vCPU is idle. Switching on the caller's
+// own thread (the connection's reader, for a stat) is the cheapest alone
+// (BenchmarkIdentitySwitch: 12.5 µs against 20.5 with a goroutine each),
+// but measured behind requests it slowed every other request of that
+// connection by a fifth to a third, and a stat as nobody was no faster
+// (BenchmarkStatRoundTrip in the client package; docs/benchmarks.md,
+// Files). A stat as nobody through the Go client took 122 to 126 µs with
+// kept threads, 64 to 66 with a goroutine each (the endpoint answering it
+// on its reader). A helper process per user would cost a round trip
+// through a pipe per operation plus a process per user, for nothing the
+// kernel's per-thread identity does not already give.
 //
 // Data moves outside the user's thread: a file is opened (or created) as
 // the user, and the descriptor is read or written by whatever goroutine

@@ -36,48 +36,69 @@ func ownIdentity() (identity, error) {
 }
 
 // as runs fn with u's filesystem identity, or directly when u is the
-// agent's own user. fn runs on the caller's goroutine, locked to its
-// thread while the thread has u's identity; the package comment says why.
-// fn must not call as (a second switch on the same thread is refused with
-// a panic: its switch back would hand fn the agent's identity early).
+// agent's own user. fn runs on a goroutine of its own locked to its
+// thread, which switches to u and back; the package comment says why.
+// If the switch back ever failed, the goroutine ends still locked and the
+// runtime retires the thread, so no other goroutine runs with a borrowed
+// identity.
 func (m *Manager) as(u User, fn func() error) error {
 	if u.UID == m.self.uid && u.GID == m.self.gid {
 		return fn()
 	}
 	id := identity{uid: u.UID, gid: u.GID, groups: u.Groups}
 	groups := !sameGroups(u, m.self.groups)
-	runtime.LockOSThread()
-	defer m.restore(groups)
-	prev, err := setFS(id, groups)
-	if err != nil {
+	done := make(chan taskResult, 1)
+	go func() {
+		runtime.LockOSThread()
+		var r taskResult
+		defer func() {
+			if m.restore(groups) {
+				runtime.UnlockOSThread()
+			}
+			done <- r
+		}()
+		prev, err := setFS(id, groups)
+		if err == nil && prev != m.self.uid {
+			// A thread of the pool had another identity: not for fn.
+			err = fmt.Errorf("the thread was acting as uid %d", prev)
+		}
+		if err != nil {
+			r.err, r.switchFailed = err, true
+			return
+		}
+		defer func() { r.panicked = recover() }()
+		r.err = fn()
+	}()
+	r := <-done
+	if r.panicked != nil {
+		panic(r.panicked)
+	}
+	if r.switchFailed {
 		return newErr("switch to user", u.Name, ErrPermission,
-			fmt.Errorf("the agent (uid %d) cannot act as uid %d: %w", m.self.uid, u.UID, err))
+			fmt.Errorf("the agent (uid %d) cannot act as uid %d: %w", m.self.uid, u.UID, r.err))
 	}
-	if prev != m.self.uid {
-		panic(fmt.Sprintf("files: as called on a thread acting as uid %d", prev))
-	}
-	return fn()
+	return r.err
 }
 
-// restore gives the thread as locked the agent's identity back and
-// unlocks it. If that failed three times (the kernel could not allocate
-// the credentials), the thread is never used again: the goroutine ends
-// still locked (its deferred calls run), which makes the runtime end the
-// thread (or park it for good, if it is the process's main thread), so
-// nothing else ever runs with a borrowed identity. The
-// caller's request gets no answer: an HTTP request's connection closes, a
-// websocket op is left unanswered as a blocked one would be (the
-// connection's reading moves on after briefLimit).
-func (m *Manager) restore(groups bool) {
+// taskResult is how an operation run as a user ended.
+type taskResult struct {
+	err          error
+	panicked     any
+	switchFailed bool
+}
+
+// restore gives the calling thread the agent's identity back, trying
+// three times (the kernel may fail to allocate the credentials); false if
+// it could not, and the thread must then never run anything else.
+func (m *Manager) restore(groups bool) bool {
 	var err error
 	for range 3 {
 		if _, err = m.restoreFS(m.self, groups); err == nil {
-			runtime.UnlockOSThread()
-			return
+			return true
 		}
 	}
-	m.log.Error("a thread could not get the agent's identity back and is retired with its goroutine", zap.Error(err))
-	runtime.Goexit()
+	m.log.Error("a thread could not get the agent's identity back and is retired", zap.Error(err))
+	return false
 }
 
 // sameGroups reports whether a thread with the supplementary groups own
