@@ -7,19 +7,20 @@ import (
 
 // A consumer that waits for output only to pass each piece on (an
 // endpoint's pump, writing it to a connection) costs a wake-up per piece:
-// the producer's append wakes it, and on the project's VM waking a
-// goroutine also wakes a thread on the other vCPU. A keystroke's echo
-// took three such wake-ups (the pty's reader, the pump, the connection's
-// writer). So a consumer may park with a hook instead: the next producer
-// that appends data calls the hook on its own goroutine, after the
-// stream's lock is released, and the hook may take the items and pass
-// them on itself (TakeParked); anything else that changes (an ack, a cut,
-// a close) wakes the consumer as before. One party at a time holds the
+// the producer's append (or the stream's end) wakes it, and on the
+// project's VM waking a goroutine also wakes a thread on the other vCPU.
+// A keystroke's echo took three such wake-ups (the pty's reader, the
+// pump, the connection's writer). So a consumer may park with a hook
+// instead: the next producer that appends bytes, or finishes the stream,
+// calls the hook on its own goroutine, after the stream's lock is
+// released, and the hook may take the items and pass them on itself
+// (TakeParked); anything else that changes (an ack, a cut, a close, an
+// event) wakes the consumer as before. One party at a time holds the
 // attachment's claim, from taking an item until it has passed it on, so
 // items keep their order whoever sends them.
 type handoff struct {
 	parked  bool          // the consumer waits in NextParked
-	armed   bool          // the next append calls fn
+	armed   bool          // the next append or end calls fn
 	claimed bool          // an item was taken and is not passed on yet
 	waits   bool          // the parked consumer waits for the claim's end
 	fn      func()        // the parked consumer's hook
@@ -134,7 +135,8 @@ func (a *Attachment) unparkLocked() {
 	a.ho.parked, a.ho.armed, a.ho.waits, a.ho.fn, a.ho.kick = false, false, false, nil, nil
 }
 
-// hooksLocked is notifyLocked for an append of data: the hooks of armed
+// hooksLocked is notifyLocked for an append of data or the stream's end
+// (Finish): the hooks of armed
 // consumers are returned, to be called once the lock is released, instead
 // of waking them; every other waiter is woken.
 func (s *Stream) hooksLocked(hooks []func()) []func() {

@@ -313,3 +313,30 @@ func TestParkedDeliveryInOrder(t *testing.T) {
 		t.Errorf("items sent: %v; want both the hook and the consumer to send", byWho)
 	}
 }
+
+// TestParkedFinishCallsHook: the stream's end goes to a parked consumer's
+// hook like an append, and the hook takes the end item.
+func TestParkedFinishCallsHook(t *testing.T) {
+	s, a, c := parked(t, 0, 1<<10)
+	s.Log("out").Write([]byte("bye"))
+	<-c.hooks
+	if it, ok := a.TakeParked(1<<10, 16); !ok || string(it.Data) != "bye" {
+		t.Fatalf("TakeParked: %s %v", describe(it), ok)
+	} else {
+		it.Release()
+	}
+	a.Unclaim()
+	a.TakeParked(1<<10, 16) // nothing: armed again
+	s.Finish(stream.End{Reason: stream.ReasonDone})
+	select {
+	case <-c.hooks:
+	case <-time.After(waitLong):
+		t.Fatal("Finish did not call the hook")
+	}
+	c.noItem(t, "after Finish")
+	it, ok := a.TakeParked(1<<10, 16)
+	if !ok || it.Kind != stream.ItemEnd || it.Cursors["out"] != 3 {
+		t.Fatalf("TakeParked after Finish: %s %v", describe(it), ok)
+	}
+	a.Unclaim()
+}

@@ -138,9 +138,15 @@ func (s *Stream) Finish(e End) {
 	s.budget.addEnded(s.held)
 	close(s.done)
 	s.trimIfReadLocked()
-	s.notifyLocked()
+	// The end, like an append, goes to a parked consumer's hook: a short
+	// command's end event then needs no wake-up either (handoff.go).
+	var buf [4]func()
+	hooks := s.hooksLocked(buf[:0])
 	s.mu.Unlock()
 	s.reg.noteEnded(s)
+	for _, h := range hooks {
+		h()
+	}
 }
 
 // chargeLocked is what the stream counts against the budget.
