@@ -44,10 +44,10 @@ type Item struct {
 	End     End
 	Cursors map[string]uint64
 
-	ref *chunk // the log memory Data is in (NextShared), until Release
+	ref *chunk // the log memory Data is in (NextParked), until Release
 }
 
-// Release lets go of the log memory an item from NextShared holds; call it
+// Release lets go of the log memory an item from NextParked holds; call it
 // once, when Data is no longer used. Other items need no release.
 func (it Item) Release() {
 	if it.ref != nil {
@@ -122,23 +122,13 @@ func (a *Attachment) Stream() *Stream { return a.s }
 
 // Next blocks until there is something to send and returns it. Data is
 // appended to dst, at most maxChunk bytes. After the ItemEnd item it
-// returns io.EOF; when ctx is done it returns ctx's error.
+// returns io.EOF; when ctx is done it returns ctx's error. (NextParked,
+// in handoff.go, is the variant without the copy.)
 func (a *Attachment) Next(ctx context.Context, dst []byte, maxChunk int) (Item, error) {
-	return a.wait(ctx, dst, maxChunk, false)
-}
-
-// NextShared is Next without the copy: Data of a data item is the log's
-// own memory (at most the rest of one of its chunks), read-only, valid
-// until the item is Released, which the caller must do once.
-func (a *Attachment) NextShared(ctx context.Context, maxChunk int) (Item, error) {
-	return a.wait(ctx, nil, maxChunk, true)
-}
-
-func (a *Attachment) wait(ctx context.Context, dst []byte, maxChunk int, shared bool) (Item, error) {
 	s := a.s
 	for {
 		s.mu.Lock()
-		item, ok := a.nextLocked(dst, maxChunk, shared)
+		item, ok := a.nextLocked(dst, maxChunk, false)
 		ch := s.changed
 		s.mu.Unlock()
 		if ok {

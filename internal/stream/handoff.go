@@ -27,10 +27,13 @@ type handoff struct {
 	kick    chan struct{} // closed to wake the parked consumer
 }
 
-// NextParked is NextShared for a consumer that lets producers deliver
-// for it while it waits: see handoff. The item it returns is claimed:
-// call Unclaim once it is passed on (queued in order). While a hook holds
-// the claim, NextParked waits for it.
+// NextParked is Next without the copy, for a consumer that lets
+// producers deliver for it while it waits (see handoff; a nil hook lets
+// them only wake it). Data of a data item is the log's own memory (at
+// most the rest of one of its chunks), read-only, valid until the item is
+// Released, which the caller must do once. The item is also claimed: call
+// Unclaim once it is passed on (queued in order). While a hook holds the
+// claim, NextParked waits for it.
 func (a *Attachment) NextParked(ctx context.Context, maxChunk int, hook func()) (Item, error) {
 	s := a.s
 	for {
@@ -49,7 +52,7 @@ func (a *Attachment) NextParked(ctx context.Context, maxChunk int, hook func()) 
 			}
 		}
 		a.ho.parked, a.ho.fn = true, hook
-		a.ho.armed, a.ho.waits = !a.ho.claimed, a.ho.claimed
+		a.ho.armed, a.ho.waits = !a.ho.claimed && hook != nil, a.ho.claimed
 		if a.ho.kick == nil {
 			a.ho.kick = make(chan struct{})
 		}
