@@ -211,7 +211,7 @@ func TestSupplementaryGroups(t *testing.T) {
 	name, group := proctest.AccountNames(t)
 	run := func(argv ...string) {
 		t.Helper()
-		proctest.Admin(t, argv...)
+		proctest.Admin(t, nil, argv...)
 	}
 	run("groupadd", group)
 	t.Cleanup(func() { exec.Command("groupdel", group).Run() })

@@ -20,9 +20,10 @@ import (
 // lookup.
 func TestAccountChangesSeenAtOnce(t *testing.T) {
 	name, group := proctest.AccountNames(t)
+	r := proc.ReaperForTests(t) // other tests of the package run it
 	run := func(argv ...string) {
 		t.Helper()
-		proctest.Admin(t, argv...)
+		proctest.Admin(t, r, argv...)
 	}
 	cred := func() *syscall.Credential {
 		t.Helper()

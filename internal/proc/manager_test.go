@@ -20,7 +20,8 @@ var (
 	sharedReaper *Reaper
 )
 
-func testManager(t *testing.T) *Manager {
+// testReaper is the reaper every test of the package shares.
+func testReaper(t testing.TB) *Reaper {
 	sharedOnce.Do(func() {
 		r, err := NewReaper()
 		if err != nil {
@@ -28,8 +29,12 @@ func testManager(t *testing.T) *Manager {
 		}
 		sharedReaper = r
 	})
+	return sharedReaper
+}
+
+func testManager(t *testing.T) *Manager {
 	reg := stream.NewRegistry(0)
-	m := NewManager(reg, sharedReaper, &Defaults{}, nil)
+	m := NewManager(reg, testReaper(t), &Defaults{}, nil)
 	t.Cleanup(func() { m.Close(); reg.Close() })
 	return m
 }

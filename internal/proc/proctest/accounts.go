@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/rayito/rayito-agent/internal/proc"
 )
 
 // AccountNames returns a user name and a group name no account has yet,
@@ -28,9 +30,16 @@ func AccountNames(t testing.TB) (user, group string) {
 }
 
 // Admin runs an account tool (useradd, usermod...) and fails the test if
-// it fails.
-func Admin(t testing.TB, argv ...string) {
+// it fails. In a test process that runs a reaper, pass it as r: the
+// command is then started through it (see Run); else r is nil.
+func Admin(t testing.TB, r *proc.Reaper, argv ...string) {
 	t.Helper()
+	if r != nil {
+		if _, err := Run(r, argv...); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %v: %s", argv, err, strings.TrimSpace(string(out)))
 	}
