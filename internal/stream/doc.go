@@ -15,7 +15,7 @@
 // cut) closes the stream's current notification channel, which wakes both
 // blocked writers and waiting attachments; each re-checks its condition.
 // An attachment's consumer may instead park with a hook (handoff.go),
-// which a producer's append of bytes (or the stream's end) calls on the
+// which a producer's append (or the stream's end) calls on the
 // producer's goroutine, so that a little output reaches an idle client
 // without waking anyone.
 package stream

@@ -11,11 +11,11 @@ import (
 // project's VM waking a goroutine also wakes a thread on the other vCPU.
 // A keystroke's echo took three such wake-ups (the pty's reader, the
 // pump, the connection's writer). So a consumer may park with a hook
-// instead: the next producer that appends bytes, or finishes the stream,
-// calls the hook on its own goroutine, after the stream's lock is
-// released, and the hook may take the items and pass them on itself
-// (TakeParked); anything else that changes (an ack, a cut, a close, an
-// event) wakes the consumer as before. One party at a time holds the
+// instead: the next producer that appends (bytes or an event), or
+// finishes the stream, calls the hook on its own goroutine, after the
+// stream's lock is released, and the hook may take the items and pass
+// them on itself (TakeParked); anything else that changes (an ack, a cut,
+// a close) wakes the consumer as before. One party at a time holds the
 // attachment's claim, from taking an item until it has passed it on, so
 // items keep their order whoever sends them.
 type handoff struct {
@@ -138,8 +138,7 @@ func (a *Attachment) unparkLocked() {
 	a.ho.parked, a.ho.armed, a.ho.waits, a.ho.fn, a.ho.kick = false, false, false, nil, nil
 }
 
-// hooksLocked is notifyLocked for an append of data or the stream's end
-// (Finish): the hooks of armed
+// hooksLocked is notifyLocked for an append or the stream's end (Finish): the hooks of armed
 // consumers are returned, to be called once the lock is released, instead
 // of waking them; every other waiter is woken.
 func (s *Stream) hooksLocked(hooks []func()) []func() {

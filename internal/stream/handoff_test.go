@@ -340,3 +340,30 @@ func TestParkedFinishCallsHook(t *testing.T) {
 	}
 	a.Unclaim()
 }
+
+// TestParkedEventCallsHook: an event's append goes to a parked consumer's
+// hook like bytes do.
+func TestParkedEventCallsHook(t *testing.T) {
+	s := newStream(t, 0, eventChan("events", stream.Block, 16))
+	a, err := s.Attach(nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	c := parkConsumer(t, a, 1<<10)
+	waitParked(t, s, a)
+	if _, err := s.Log("events").Append(func(seq uint64) []byte { return seqEvent(seq, 8) }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.hooks:
+	case <-time.After(waitLong):
+		t.Fatal("the event's append did not call the hook")
+	}
+	c.noItem(t, "after the event")
+	it, ok := a.TakeParked(1<<10, 16)
+	if !ok || it.Kind != stream.ItemEvent || eventSeq(it.Data) != 1 {
+		t.Fatalf("TakeParked: %s %v", describe(it), ok)
+	}
+	a.Unclaim()
+}

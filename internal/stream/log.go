@@ -282,7 +282,11 @@ func putScratch(b []byte) { scratch.Put(b) } //nolint:staticcheck // a slice hea
 func (l *Log) Append(build func(seq uint64) []byte) (uint64, error) {
 	reclaimed := false
 	for {
-		seq, wait, err := l.tryAppend(build, reclaimed)
+		var buf [4]func()
+		seq, wait, hooks, err := l.tryAppend(build, reclaimed, buf[:0])
+		for _, h := range hooks {
+			h() // parked consumers' hooks, the lock released (handoff.go)
+		}
 		switch {
 		case err == errShort:
 			l.s.reg.reclaim()
@@ -296,15 +300,15 @@ func (l *Log) Append(build func(seq uint64) []byte) (uint64, error) {
 	}
 }
 
-func (l *Log) tryAppend(build func(seq uint64) []byte, reclaimed bool) (uint64, *waiter, error) {
+func (l *Log) tryAppend(build func(seq uint64) []byte, reclaimed bool, hooks []func()) (uint64, *waiter, []func(), error) {
 	s := l.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l.closed {
-		return 0, nil, ErrClosed
+		return 0, nil, nil, ErrClosed
 	}
 	if l.makeRoom(1) == 0 {
-		return 0, s.waiterLocked(nil), nil
+		return 0, s.waiterLocked(nil), nil, nil
 	}
 	seq := l.end + 1
 	ev := build(seq)
@@ -317,9 +321,9 @@ func (l *Log) tryAppend(build func(seq uint64) []byte, reclaimed bool) (uint64, 
 	if !ok {
 		switch {
 		case !reclaimed:
-			return 0, nil, errShort
+			return 0, nil, nil, errShort
 		case l.policy == Block && s.inGraceLocked():
-			return 0, s.waiterLocked(wait), nil
+			return 0, s.waiterLocked(wait), nil, nil
 		}
 		for !ok && l.end > l.start {
 			l.discard(1)
@@ -331,7 +335,7 @@ func (l *Log) tryAppend(build func(seq uint64) []byte, reclaimed bool) (uint64, 
 			l.end++
 			l.start, l.lost = l.end, l.lost+1
 			s.notifyLocked()
-			return seq, nil, nil
+			return seq, nil, nil, nil
 		}
 	}
 	count := int(l.end - l.start)
@@ -345,8 +349,7 @@ func (l *Log) tryAppend(build func(seq uint64) []byte, reclaimed bool) (uint64, 
 	for l.evBytes > l.maxBytes && l.end-l.start > 1 {
 		l.discard(1)
 	}
-	s.notifyLocked()
-	return seq, nil, nil
+	return seq, nil, s.hooksLocked(hooks), nil
 }
 
 // growEvents doubles the event ring (up to capacity), keeping order.
