@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -265,19 +264,8 @@ func (t *conns) candidateLocked(reserve bool, skip map[*conn]bool) *conn {
 
 // unread reports whether nc's socket holds bytes the server has not read.
 func unread(nc net.Conn) bool {
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	n := 0
-	rc.Control(func(fd uintptr) {
-		n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
-	})
-	return n > 0
+	n, ok := socketCount(rawSocket(nc), unix.SIOCINQ)
+	return ok && n > 0
 }
 
 // dropLocked stops tracking c; its Close then does nothing more.

@@ -42,37 +42,9 @@ func (h *hijackCapture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return c, rw, err
 }
 
-// rawSocket is the socket under c (through wrappers that give their
-// NetConn, as the connection limiter's does), nil if it has none (a
-// pipe): a session without one never writes from a producer's goroutine.
-func rawSocket(c net.Conn) syscall.RawConn {
-	for range 4 {
-		w, ok := c.(interface{ NetConn() net.Conn })
-		if !ok {
-			break
-		}
-		c = w.NetConn()
-	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return raw
-}
-
 // socketRoom reports whether a frame of deliver's (at most directLimit
 // bytes and a header) written to sock now cannot block.
 func socketRoom(sock syscall.RawConn) bool {
-	if sock == nil {
-		return false
-	}
-	queued, err := -1, error(nil)
-	if cerr := sock.Control(func(fd uintptr) { queued, err = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ) }); cerr != nil || err != nil {
-		return false
-	}
-	return queued+directLimit+wire.MaxDataHeader <= directRoom
+	queued, ok := socketCount(sock, unix.SIOCOUTQ)
+	return ok && queued+directLimit+wire.MaxDataHeader <= directRoom
 }

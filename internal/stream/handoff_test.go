@@ -44,11 +44,14 @@ func parkConsumer(t *testing.T, a *stream.Attachment, maxChunk int) *parkedConsu
 	return c
 }
 
-// parked is a stream with one byte channel "out", attached with window,
-// and a consumer parked on the attachment.
-func parked(t *testing.T, window, maxChunk int) (*stream.Stream, *stream.Attachment, *parkedConsumer) {
+// parked is a stream with one channel (a byte channel "out" unless
+// given), attached with window, and a consumer parked on the attachment.
+func parked(t *testing.T, window, maxChunk int, ch ...stream.ChannelSpec) (*stream.Stream, *stream.Attachment, *parkedConsumer) {
 	t.Helper()
-	s := newStream(t, 0, byteChan("out", stream.Block, 1<<20))
+	if len(ch) == 0 {
+		ch = []stream.ChannelSpec{byteChan("out", stream.Block, 1<<20)}
+	}
+	s := newStream(t, 0, ch...)
 	a, err := s.Attach(nil, window)
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +97,16 @@ func (c *parkedConsumer) ended(t *testing.T, when string) {
 	}
 }
 
+// hooked waits for a call of the hook.
+func (c *parkedConsumer) hooked(t *testing.T, after string) {
+	t.Helper()
+	select {
+	case <-c.hooks:
+	case <-time.After(waitLong):
+		t.Fatalf("%s did not call the hook", after)
+	}
+}
+
 func (c *parkedConsumer) item(t *testing.T) stream.Item {
 	t.Helper()
 	select {
@@ -112,11 +125,7 @@ func (c *parkedConsumer) item(t *testing.T) stream.Item {
 func TestParkedConsumerHook(t *testing.T) {
 	s, a, c := parked(t, 5, 1<<10)
 	s.Log("out").Write([]byte("echo"))
-	select {
-	case <-c.hooks:
-	case <-time.After(waitLong):
-		t.Fatal("the append did not call the hook")
-	}
+	c.hooked(t, "the append")
 	it, ok := a.TakeParked(1<<10, 16)
 	if !ok || it.Kind != stream.ItemData || string(it.Data) != "echo" || it.Offset != 0 {
 		t.Fatalf("TakeParked: %s %v", describe(it), ok)
@@ -145,7 +154,7 @@ func TestParkedConsumerHook(t *testing.T) {
 	// send; the ack that opens the window wakes the consumer, which sends.
 	waitParked(t, s, a)
 	s.Log("out").Write([]byte("more"))
-	<-c.hooks
+	c.hooked(t, "the append")
 	if it, ok := a.TakeParked(1<<10, 16); ok {
 		t.Fatalf("TakeParked took %s beyond the window", describe(it))
 	}
@@ -165,7 +174,7 @@ func TestParkedBacklogWakesConsumer(t *testing.T) {
 	s, a, c := parked(t, 0, 64<<10)
 	big := bytes.Repeat([]byte("x"), 100) // one append: one hook call
 	s.Log("out").Write(big)
-	<-c.hooks
+	c.hooked(t, "the append")
 	if it, ok := a.TakeParked(64<<10, 16); ok {
 		t.Fatalf("TakeParked took a backlog over its limit: %s", describe(it))
 	}
@@ -186,7 +195,7 @@ func TestParkedBacklogWakesConsumer(t *testing.T) {
 func TestParkedConsumerWaitsForClaim(t *testing.T) {
 	s, a, c := parked(t, 0, 1<<10)
 	s.Log("out").Write([]byte("one"))
-	<-c.hooks
+	c.hooked(t, "the append")
 	it, ok := a.TakeParked(1<<10, 16)
 	if !ok {
 		t.Fatal("TakeParked took nothing")
@@ -319,7 +328,7 @@ func TestParkedDeliveryInOrder(t *testing.T) {
 func TestParkedFinishCallsHook(t *testing.T) {
 	s, a, c := parked(t, 0, 1<<10)
 	s.Log("out").Write([]byte("bye"))
-	<-c.hooks
+	c.hooked(t, "the append")
 	if it, ok := a.TakeParked(1<<10, 16); !ok || string(it.Data) != "bye" {
 		t.Fatalf("TakeParked: %s %v", describe(it), ok)
 	} else {
@@ -328,11 +337,7 @@ func TestParkedFinishCallsHook(t *testing.T) {
 	a.Unclaim()
 	a.TakeParked(1<<10, 16) // nothing: armed again
 	s.Finish(stream.End{Reason: stream.ReasonDone})
-	select {
-	case <-c.hooks:
-	case <-time.After(waitLong):
-		t.Fatal("Finish did not call the hook")
-	}
+	c.hooked(t, "Finish")
 	c.noItem(t, "after Finish")
 	it, ok := a.TakeParked(1<<10, 16)
 	if !ok || it.Kind != stream.ItemEnd || it.Cursors["out"] != 3 {
@@ -344,22 +349,11 @@ func TestParkedFinishCallsHook(t *testing.T) {
 // TestParkedEventCallsHook: an event's append goes to a parked consumer's
 // hook like bytes do.
 func TestParkedEventCallsHook(t *testing.T) {
-	s := newStream(t, 0, eventChan("events", stream.Block, 16))
-	a, err := s.Attach(nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Close)
-	c := parkConsumer(t, a, 1<<10)
-	waitParked(t, s, a)
+	s, a, c := parked(t, 0, 1<<10, eventChan("events", stream.Block, 16))
 	if _, err := s.Log("events").Append(func(seq uint64) []byte { return seqEvent(seq, 8) }); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-c.hooks:
-	case <-time.After(waitLong):
-		t.Fatal("the event's append did not call the hook")
-	}
+	c.hooked(t, "the event's append")
 	c.noItem(t, "after the event")
 	it, ok := a.TakeParked(1<<10, 16)
 	if !ok || it.Kind != stream.ItemEvent || eventSeq(it.Data) != 1 {

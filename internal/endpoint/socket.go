@@ -1,0 +1,44 @@
+package endpoint
+
+import (
+	"net"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// rawSocket is the socket under c (through wrappers that give their
+// NetConn, as the connection limiter's does), nil if it has none (a
+// pipe): a session without one never writes from a producer's goroutine.
+func rawSocket(c net.Conn) syscall.RawConn {
+	for range 4 {
+		w, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		c = w.NetConn()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return raw
+}
+
+// socketCount asks the kernel for a count of sock's (SIOCINQ: bytes the
+// server has not read; SIOCOUTQ: bytes the peer has not acknowledged);
+// false when sock is nil or the kernel does not answer.
+func socketCount(sock syscall.RawConn, req uint) (int, bool) {
+	if sock == nil {
+		return 0, false
+	}
+	n, err := 0, error(nil)
+	if cerr := sock.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), req) }); cerr != nil || err != nil {
+		return 0, false
+	}
+	return n, true
+}
