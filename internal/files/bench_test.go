@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkStat is one Stat as the agent's own user (no switch), as
@@ -42,13 +44,16 @@ func BenchmarkStat(b *testing.B) {
 
 // BenchmarkIdentitySwitch compares ways to run an empty operation as
 // nobody: the manager's as (a new goroutine locked to its thread, which
-// switches and switches back, no setgroups when the groups match), the
-// same with setgroups both ways (as until 2026-12-02 late), the switch on
-// the caller's own thread, and handing the operation to a thread kept
-// with nobody's identity (before 2026-12-02). The caller's thread is the
-// cheapest here, yet slowed every other request of the connection whose
-// reader switched (docs/benchmarks.md, Files): BenchmarkStatRoundTrip in
-// the client package measures the ways where they count.
+// switches with setresgid and setresuid and back, no setgroups when the
+// groups match); the same with setfsgid and setfsuid, each checked by a
+// second call since they report no failure (as until 2026-12-02, third
+// session); the same with setgroups both ways (as until 2026-12-02,
+// second session); the switch on the caller's own thread; and handing the
+// operation to a thread kept with nobody's identity (before 2026-12-02).
+// The caller's thread is the cheapest here, yet slowed every other
+// request of the connection whose reader switched (docs/benchmarks.md,
+// Files): BenchmarkStatRoundTrip in the client package measures the ways
+// where they count.
 func BenchmarkIdentitySwitch(b *testing.B) {
 	needRoot(b)
 	m, _ := newManager(b)
@@ -58,26 +63,47 @@ func BenchmarkIdentitySwitch(b *testing.B) {
 	}
 	id := identity{uid: u.UID, gid: u.GID, groups: u.Groups}
 	switchBack := func(groups bool) {
-		setFS(id, groups)
-		if _, err := setFS(m.self, groups); err != nil {
+		setIDs(id, groups)
+		if err := restoreIDs(m.self, groups); err != nil {
 			b.Fatal("identity not restored")
 		}
+	}
+	onNewGoroutine := func(fn func()) {
+		done := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			fn()
+			runtime.UnlockOSThread()
+			close(done)
+		}()
+		<-done
 	}
 	b.Run("as", func(b *testing.B) {
 		for range b.N {
 			m.as(u, func() error { return nil })
 		}
 	})
+	b.Run("fsuid-checked", func(b *testing.B) {
+		const query = uintptr(^uint32(0))
+		set := func(uid, gid uint32) {
+			unix.RawSyscall(unix.SYS_SETFSGID, uintptr(gid), 0, 0)
+			unix.RawSyscall(unix.SYS_SETFSUID, uintptr(uid), 0, 0)
+			g, _, _ := unix.RawSyscall(unix.SYS_SETFSGID, query, 0, 0)
+			u, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, query, 0, 0)
+			if uint32(u) != uid || uint32(g) != gid {
+				b.Fatal("fsuid not switched")
+			}
+		}
+		for range b.N {
+			onNewGoroutine(func() {
+				set(id.uid, id.gid)
+				set(m.self.uid, m.self.gid)
+			})
+		}
+	})
 	b.Run("new-goroutine-setgroups", func(b *testing.B) {
 		for range b.N {
-			done := make(chan struct{})
-			go func() {
-				runtime.LockOSThread()
-				switchBack(true)
-				runtime.UnlockOSThread()
-				close(done)
-			}()
-			<-done
+			onNewGoroutine(func() { switchBack(true) })
 		}
 	})
 	b.Run("caller-thread", func(b *testing.B) {
@@ -91,11 +117,11 @@ func BenchmarkIdentitySwitch(b *testing.B) {
 		ops := make(chan chan struct{})
 		go func() {
 			runtime.LockOSThread()
-			setFS(id, true)
+			setIDs(id, true)
 			for done := range ops {
 				close(done)
 			}
-			if _, err := setFS(m.self, true); err == nil {
+			if err := restoreIDs(m.self, true); err == nil {
 				runtime.UnlockOSThread()
 			}
 		}()

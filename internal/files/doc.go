@@ -8,15 +8,19 @@
 // # Acting as a user
 //
 // The agent runs as root; a file operation must be checked as its user
-// would be and create files that user owns. The kernel checks file access
-// against a thread's filesystem identity (fsuid, fsgid, supplementary
-// groups), which on Linux belongs to the thread, not the process. So an
-// operation runs on an OS thread that has the user's filesystem identity
-// and nothing else of it: moving fsuid away from 0 drops the filesystem
-// capabilities (CAP_DAC_OVERRIDE, CAP_CHOWN, CAP_FOWNER...) from that
-// thread, so the kernel decides exactly as it would for a process of the
-// user, ACLs and all. The identity is set with raw system calls (the libc
-// and Go wrappers of setgroups change every thread of the process).
+// would be and create files that user owns. On Linux a thread's
+// credentials are its own, not the process's: the system calls under
+// setresuid(2) and setresgid(2) change the calling thread only (the libc
+// and Go wrappers repeat them on every thread of the process). So an
+// operation runs on an OS thread that has the user's effective (and so
+// filesystem) uid and gid, and supplementary groups, while its real and
+// saved ids stay root's, which is what lets it switch back. An effective
+// uid away from 0 clears the thread's effective capabilities, so the
+// kernel decides exactly as it would for a process of the user, ACLs and
+// all; they come back from the permitted set when the uid returns to 0.
+// (Until 2026-12-02 only the filesystem ids were switched, with
+// setfsuid(2), which drops only the filesystem capabilities and reports
+// no failure: each change needed a second call to check it.)
 //
 // Each operation as another user runs on a goroutine of its own, locked
 // to its thread, which takes the user's identity, runs the operation and
@@ -28,21 +32,21 @@
 //
 // Why a new goroutine each time: a system call costs about 1.1 µs on the
 // project's VM and a credential change about 1.9; a switch there and back
-// is four changes (fsgid and fsuid) and four checks that they took, plus
-// two changes of the groups only for a user with groups beyond its
-// primary one (the kernel checks the fsgid first, so nobody needs none).
+// is four changes (gid and uid), plus two changes of the groups only for a
+// user with groups beyond its primary one (the kernel checks the fsgid
+// first, so nobody needs none).
 // The other ways cost more where it counts. Threads kept with a user's
 // identity (this package until 2026-12-02) spared the changes but handed
 // every operation to another thread and back, two thread wake-ups, which
 // a VM prices high when the other vCPU is idle. Switching on the caller's
 // own thread (the connection's reader, for a stat) is the cheapest alone
-// (BenchmarkIdentitySwitch: 12.5 µs against 20.5 with a goroutine each),
+// (BenchmarkIdentitySwitch: 8 µs against 16 to 17 with a goroutine each),
 // but measured behind requests it slowed every other request of that
-// connection by a fifth to a third, and a stat as nobody was no faster
-// (BenchmarkStatRoundTrip in the client package; docs/benchmarks.md,
-// Files). A stat as nobody through the Go client took 122 to 126 µs with
-// kept threads, 64 to 66 with a goroutine each (the endpoint answering it
-// on its reader). A helper process per user would cost a round trip
+// connection by a fifth (websocket requests 42 to 44 µs against 35 to 37)
+// and a stat as nobody with them (63 to 73 µs against 55 to 57), twice
+// measured, not understood (BenchmarkStatRoundTrip in the client package;
+// docs/benchmarks.md, Files). Kept threads took 122 to 126 µs for that
+// stat. A helper process per user would cost a round trip
 // through a pipe per operation plus a process per user, for nothing the
 // kernel's per-thread identity does not already give.
 //

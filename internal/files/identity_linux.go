@@ -35,7 +35,7 @@ func ownIdentity() (identity, error) {
 	return id, nil
 }
 
-// as runs fn with u's filesystem identity, or directly when u is the
+// as runs fn with u's identity, or directly when u is the
 // agent's own user. fn runs on a goroutine of its own locked to its
 // thread, which switches to u and back; the package comment says why.
 // If the switch back ever failed, the goroutine ends still locked and the
@@ -57,12 +57,7 @@ func (m *Manager) as(u User, fn func() error) error {
 			}
 			done <- r
 		}()
-		prev, err := setFS(id, groups)
-		if err == nil && prev != m.self.uid {
-			// A thread of the pool had another identity: not for fn.
-			err = fmt.Errorf("the thread was acting as uid %d", prev)
-		}
-		if err != nil {
+		if err := setIDs(id, groups); err != nil {
 			r.err, r.switchFailed = err, true
 			return
 		}
@@ -93,7 +88,7 @@ type taskResult struct {
 func (m *Manager) restore(groups bool) bool {
 	var err error
 	for range 3 {
-		if _, err = m.restoreFS(m.self, groups); err == nil {
+		if err = m.restoreIDs(m.self, groups); err == nil {
 			return true
 		}
 	}
@@ -124,35 +119,63 @@ func sameGroups(u User, own []uint32) bool {
 	return true
 }
 
-// setFS gives the calling thread the identity, with its supplementary
-// groups only when groups is true (else the thread keeps its own), and
-// answers the thread's fsuid before the change. The raw system calls
-// change this thread only (the libc and Go wrappers change every thread of
-// the process). Moving fsuid away from 0 drops the filesystem capabilities
-// (CAP_DAC_OVERRIDE, CAP_CHOWN, CAP_FOWNER...) from the thread, and moving
-// it back to 0 restores them, so the kernel checks exactly what it would
-// check for a process of that user.
-func setFS(id identity, groups bool) (prevUID uint32, err error) {
+// setIDs gives the calling thread the identity: its effective and
+// filesystem uid and gid, and its supplementary groups only when groups is
+// true (else the thread keeps its own). The raw system calls change this
+// thread only (the libc and Go wrappers change every thread of the
+// process); the real and saved ids stay the agent's, which is what lets
+// the thread switch back. An effective uid away from 0 clears the
+// thread's effective capabilities (CAP_DAC_OVERRIDE, CAP_CHOWN,
+// CAP_SYS_RESOURCE...), so the kernel checks exactly what it would check
+// for a process of that user; they come back from the permitted set with
+// the effective uid 0. Unlike setfsuid and setfsgid, which report no
+// failure and needed a second call each to check that they took,
+// setresuid and setresgid answer an error: two system calls a switch
+// instead of four.
+func setIDs(id identity, groups bool) error {
 	if groups {
-		var list unsafe.Pointer
-		if len(id.groups) > 0 {
-			list = unsafe.Pointer(&id.groups[0])
-		}
-		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(id.groups)), uintptr(list), 0); e != 0 {
-			return 0, fmt.Errorf("setgroups: %w", e)
+		if err := setGroups(id.groups); err != nil {
+			return err
 		}
 	}
-	unix.RawSyscall(unix.SYS_SETFSGID, uintptr(id.gid), 0, 0)
-	prev, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, uintptr(id.uid), 0, 0)
-	// Neither call reports failure; an invalid id (-1) changes nothing
-	// and answers the current one.
-	const query = uintptr(^uint32(0))
-	fsgid, _, _ := unix.RawSyscall(unix.SYS_SETFSGID, query, 0, 0)
-	fsuid, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, query, 0, 0)
-	if uint32(fsuid) != id.uid || uint32(fsgid) != id.gid {
-		return uint32(prev), fmt.Errorf("setfsuid/setfsgid: now %d:%d, wanted %d:%d", fsuid, fsgid, id.uid, id.gid)
+	// The gid first: with the uid changed, the thread lacks CAP_SETGID.
+	const keep = uintptr(^uint32(0)) // -1: leave that id as it is
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(id.gid), keep); e != 0 {
+		return fmt.Errorf("setresgid: %w", e)
 	}
-	return uint32(prev), nil
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(id.uid), keep); e != 0 {
+		return fmt.Errorf("setresuid: %w", e)
+	}
+	return nil
+}
+
+// restoreIDs gives the calling thread the agent's own identity back, the
+// uid first (which brings back the capabilities the gid and groups
+// need); groups as for setIDs.
+func restoreIDs(own identity, groups bool) error {
+	const keep = uintptr(^uint32(0))
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(own.uid), keep); e != 0 {
+		return fmt.Errorf("setresuid: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(own.gid), keep); e != 0 {
+		return fmt.Errorf("setresgid: %w", e)
+	}
+	if groups {
+		return setGroups(own.groups)
+	}
+	return nil
+}
+
+// setGroups sets the calling thread's supplementary groups.
+func setGroups(groups []uint32) error {
+	var list unsafe.Pointer
+	if len(groups) > 0 {
+		list = unsafe.Pointer(&groups[0])
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(groups)), uintptr(list), 0); e != 0 {
+		return fmt.Errorf("setgroups: %w", e)
+	}
+	return nil
 }
 
 // processUmask reads the agent's umask without changing it (umask(2)

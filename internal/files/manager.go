@@ -49,11 +49,11 @@ type Manager struct {
 	endCode  func(error) string
 	log      *zap.Logger
 	self     identity
-	// restoreFS is setFS; tests make the switch back fail with it.
-	restoreFS func(identity, bool) (uint32, error)
-	umask     fs.FileMode
-	accounts  accounts
-	journal   *journal
+	// restoreIDs is restoreIDs; tests make the switch back fail with it.
+	restoreIDs func(identity, bool) error
+	umask      fs.FileMode
+	accounts   accounts
+	journal    *journal
 
 	mu        sync.Mutex
 	closed    bool
@@ -75,7 +75,7 @@ func New(o Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		reg: o.Registry, defaults: o.Defaults, endCode: o.EndCode, log: o.Logger, self: self, restoreFS: setFS,
+		reg: o.Registry, defaults: o.Defaults, endCode: o.EndCode, log: o.Logger, self: self, restoreIDs: restoreIDs,
 		umask: processUmask(), transfers: map[*stream.Stream]struct{}{},
 	}
 	if o.StateDir != "" {

@@ -143,7 +143,7 @@ func TestFailedSwitchBackRetiresThread(t *testing.T) {
 	needRoot(t)
 	m, _ := newManager(t)
 	f := rootOnlyFile(t)
-	m.restoreFS = func(identity, bool) (uint32, error) { return 0, errors.New("injected") }
+	m.restoreIDs = func(identity, bool) error { return errors.New("injected") }
 	u, err := m.User("nobody")
 	if err != nil {
 		t.Fatal(err)
