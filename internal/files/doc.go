@@ -50,9 +50,11 @@
 // through a pipe per operation plus a process per user, for nothing the
 // kernel's per-thread identity does not already give.
 //
-// Data moves outside the user's thread: a file is opened (or created) as
-// the user, and the descriptor is read or written by whatever goroutine
-// streams it, since permission is checked at open. Files and directories
+// Permission is checked when a file is opened (or created) as the user,
+// so a download's descriptor is read by whatever goroutine streams it.
+// Writes are made as the user too (Writer.writeAsUser): what a write may
+// take of the disk (the blocks ext4 keeps for root, a quota) is decided at
+// each write for the thread that writes. Files and directories
 // an operation creates get modes from the agent's umask (what the user's
 // commands started by the agent get too) unless a mode is given.
 // Relative paths are relative to the user's home.

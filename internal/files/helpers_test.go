@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -31,7 +32,7 @@ func newManager(t testing.TB) (*Manager, *stream.Registry) {
 
 // filesystems are the roots tests run on: the disk (ext4 on the project's
 // machines) and a tmpfs.
-func filesystems(t *testing.T) map[string]string {
+func filesystems(t testing.TB) map[string]string {
 	t.Helper()
 	shm, err := os.MkdirTemp("/dev/shm", "files-test-")
 	if err != nil {
@@ -131,6 +132,36 @@ func mountTmpfs(t testing.TB, size string) string {
 			t.Errorf("umount %s: %v: %s", dir, err, strings.TrimSpace(string(out)))
 		}
 	})
+	return dir
+}
+
+// mountExt4 makes an ext4 filesystem of size bytes in a file, with
+// reservedPct percent of its blocks reserved for root, mounts it (through
+// a loop device) at a new directory anyone may write in (openDir), and unmounts it
+// at cleanup.
+func mountExt4(t testing.TB, size int64, reservedPct int) string {
+	t.Helper()
+	needRoot(t)
+	img := filepath.Join(t.TempDir(), "ext4.img")
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, size); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", strconv.Itoa(reservedPct), img).CombinedOutput(); err != nil {
+		t.Skipf("cannot make an ext4 filesystem: %v: %s", err, bytes.TrimSpace(out))
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-o", "loop", img, dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount an ext4 image: %v: %s", err, bytes.TrimSpace(out))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, strings.TrimSpace(string(out)))
+		}
+	})
+	openDir(t, dir)
 	return dir
 }
 

@@ -135,6 +135,39 @@ func TestIdentityStaysOnItsThread(t *testing.T) {
 	wg.Wait()
 }
 
+// TestUserKeepsOffRootReserve: a user's upload gets no more of a disk
+// than the user's own process would. ext4 keeps a share of its blocks for
+// root; a write as nobody stops with ErrNoSpace where that share begins,
+// and root can still write after it. (Written with the agent's identity,
+// the upload would have filled the root's share too.)
+func TestUserKeepsOffRootReserve(t *testing.T) {
+	t.Parallel()
+	dir := mountExt4(t, 16<<20, 50)
+	m, _ := newManager(t)
+	fill := func(user, name string, limit int) (int, error) {
+		w, err := m.Create(user, filepath.Join(dir, name), WriteOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunk := make([]byte, 1<<20)
+		for i := range limit {
+			if _, err := w.Write(chunk); err != nil {
+				return i, err
+			}
+		}
+		_, err = w.Commit()
+		return limit, err
+	}
+	mib, err := fill("nobody", "nobody's", 32)
+	wantKind(t, err, ErrNoSpace)
+	if mib > 8 {
+		t.Fatalf("nobody wrote %d MiB into a 16 MiB filesystem half reserved for root", mib)
+	}
+	if _, err := fill("", "root's", 2); err != nil {
+		t.Fatalf("root could not use its reserve after nobody filled the rest: %v", err)
+	}
+}
+
 // TestFailedSwitchBackRetiresThread: when a thread cannot get the agent's
 // identity back, the operation still gets its result, the thread ends,
 // and the agent's own operations keep working: no thread is left with
