@@ -57,21 +57,30 @@ func TestMetricsMemory(t *testing.T) {
 	}
 	runtime.KeepAlive(keep)
 
-	// Stacks are outside the heap: 1,000 parked goroutines hold at least
-	// their smallest stacks (2 KiB).
+	// Stacks are outside the heap: 1,000 parked goroutines each hold a
+	// stack grown past 16 KiB. (So large that the stacks of other tests'
+	// goroutines, which come and go meanwhile, cannot hide them.)
 	stacks := a.metric(t, "go_memstats_stack_inuse_bytes")
 	park := make(chan struct{})
 	var started sync.WaitGroup
 	for range 1000 {
 		started.Add(1)
-		go func() {
-			started.Done()
-			<-park
-		}()
+		go parkDeep(park, &started)
 	}
 	started.Wait()
-	if got := a.metric(t, "go_memstats_stack_inuse_bytes"); got < stacks+1000*2048 {
+	if got := a.metric(t, "go_memstats_stack_inuse_bytes"); got < stacks+1000*(16<<10) {
 		t.Errorf("stacks %.0f bytes with 1,000 goroutines more, %.0f before", got, stacks)
 	}
 	close(park)
+}
+
+// parkDeep parks until park closes, on a stack grown past 16 KiB.
+//
+//go:noinline
+func parkDeep(park <-chan struct{}, started *sync.WaitGroup) byte {
+	var pad [16 << 10]byte
+	pad[len(pad)-1] = 1
+	started.Done()
+	<-park
+	return pad[0] + pad[len(pad)-1]
 }
