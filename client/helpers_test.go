@@ -67,10 +67,7 @@ func newAgent(t testing.TB, limits ...stream.Limits) *agent {
 	defaults := &proc.Defaults{}
 	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
 	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
-	watches, err := watch.NewManager(streams, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	watches := watch.NewManager(streams, nil)
 	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: testReaper(t), Defaults: defaults})
 	var srv *endpoint.Server
 	resumer, err := resume.New(resume.Options{Sessions: cutter{&srv}, SetClock: func(time.Time) error { return nil }})

@@ -238,10 +238,7 @@ func run(cfg config, log *zap.Logger) error {
 	}
 
 	ptys := ptymux.NewManager(streams, reaper, defaults, log.Named("pty"))
-	watches, err := watch.NewManager(streams, log.Named("watch"))
-	if err != nil {
-		return fmt.Errorf("inotify: %w", err)
-	}
+	watches := watch.NewManager(streams, log.Named("watch"))
 	var resumer *resume.Manager
 	kernels := jupyter.NewManager(jupyter.Options{
 		Registry: streams, Reaper: reaper, Defaults: defaults, Logger: log,

@@ -69,10 +69,7 @@ func newTestAgentWith(t testing.TB, counter *traffic.Counter, limits ...stream.L
 		t.Fatal(err)
 	}
 	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
-	watches, err := watch.NewManager(streams, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	watches := watch.NewManager(streams, nil)
 	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: testReaper(t), Defaults: defaults})
 	fm, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir(),
 		EndCode: func(err error) string { return string(FileErrorCode(err)) }})

@@ -84,10 +84,7 @@ func newAgent(t testing.TB, o agentOptions) *agent {
 	defaults.Set(o.user, "", nil)
 	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
 	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
-	watches, err := watch.NewManager(streams, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	watches := watch.NewManager(streams, nil)
 	fileMgr, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

@@ -22,10 +22,7 @@ func benchWatch(b *testing.B) (*Manager, string, *stream.Attachment) {
 	b.Helper()
 	reg := stream.NewRegistry(0)
 	b.Cleanup(reg.Close)
-	m, err := NewManager(reg, zap.NewNop())
-	if err != nil {
-		b.Fatal(err)
-	}
+	m := NewManager(reg, zap.NewNop())
 	b.Cleanup(func() { m.Close() })
 	root, err := os.MkdirTemp("/dev/shm", "watch-bench")
 	if err != nil {

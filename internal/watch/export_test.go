@@ -1,7 +1,14 @@
 package watch
 
 // InotifyWatches is how many inotify watches fsnotify holds for m.
-func (m *Manager) InotifyWatches() int { return len(m.fsw.WatchList()) }
+func (m *Manager) InotifyWatches() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fsw == nil {
+		return 0
+	}
+	return len(m.fsw.WatchList())
+}
 
 // Nodes is how many directories m tracks.
 func (m *Manager) Nodes() int {

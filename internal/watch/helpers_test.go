@@ -42,10 +42,7 @@ func (e fsEvent) String() string {
 func newManager(t testing.TB) (*Manager, *stream.Registry) {
 	t.Helper()
 	reg := stream.NewRegistry(0)
-	m, err := NewManager(reg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := NewManager(reg, zaptest.NewLogger(t))
 	t.Cleanup(func() {
 		if err := m.Close(); err != nil {
 			t.Errorf("Close: %v", err)

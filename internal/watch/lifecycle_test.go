@@ -99,3 +99,26 @@ func TestReattach(t *testing.T) {
 		t.Errorf("%d paths reported, want %d", len(seen), total)
 	}
 }
+
+// TestInotifyStartsAtFirstWatch: a manager holds no inotify instance
+// until it is asked for a watch, then one for all its watches, and none
+// after Close. (Not parallel: it counts the process's instances.)
+func TestInotifyStartsAtFirstWatch(t *testing.T) {
+	before := len(inotifyFDs(t))
+	m, _ := newManager(t)
+	if n := len(inotifyFDs(t)); n != before {
+		t.Fatalf("a new manager opened %d inotify instances", n-before)
+	}
+	mustWatch(t, m, t.TempDir(), true)
+	mustWatch(t, m, t.TempDir(), false)
+	if n := len(inotifyFDs(t)); n != before+1 {
+		t.Fatalf("two watches hold %d inotify instances, want 1", n-before)
+	}
+	must(t, m.Close())
+	if n := len(inotifyFDs(t)); n != before {
+		t.Fatalf("%d inotify instances left after Close", n-before)
+	}
+	if _, err := m.Watch(t.TempDir(), false); err == nil {
+		t.Fatal("Watch after Close succeeded")
+	}
+}

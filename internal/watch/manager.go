@@ -69,27 +69,37 @@ type watch struct {
 	overflowSeq uint64 // seq of the last overflow event
 }
 
-// NewManager creates the shared inotify instance and starts reading it.
-// Close releases both.
-func NewManager(reg *stream.Registry, log *zap.Logger) (*Manager, error) {
+// NewManager creates the manager. The shared inotify instance, and the
+// goroutines that read it, start at the first watch: fsnotify reads
+// through a 64 KiB buffer on its reader's stack, memory an agent that is
+// never asked for a watch (a sandbox snapshotted idle) need not hold.
+// Close releases them.
+func NewManager(reg *stream.Registry, log *zap.Logger) *Manager {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	fsw, err := fsnotify.NewWatcher()
-	if err != nil {
-		if errors.Is(err, unix.EMFILE) {
-			return nil, fmt.Errorf("watch: inotify instance limit reached (sysctl fs.inotify.max_user_instances): %w", err)
-		}
-		return nil, fmt.Errorf("watch: %w", err)
-	}
-	m := &Manager{
-		reg: reg, log: log, fsw: fsw, kick: make(chan struct{}, 1),
+	return &Manager{
+		reg: reg, log: log, kick: make(chan struct{}, 1),
 		nodes: make(map[string]*node), watches: make(map[uint64]*watch),
 	}
+}
+
+// startLocked creates the inotify instance and starts reading it, once.
+func (m *Manager) startLocked() error {
+	if m.fsw != nil {
+		return nil
+	}
+	fsw, err := fsnotify.NewWatcher()
+	if errors.Is(err, unix.EMFILE) {
+		return wire.Errorf(wire.CodeLimit, "watch: inotify instance limit reached; raise sysctl fs.inotify.max_user_instances")
+	} else if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	m.fsw = fsw
 	m.wg.Add(2)
 	go m.run()
 	go m.drainErrors()
-	return m, nil
+	return nil
 }
 
 // Watch starts watching the directory at path (absolute), and its whole
@@ -104,6 +114,9 @@ func (m *Manager) Watch(path string, recursive bool) (*stream.Stream, error) {
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil, wire.Errorf(wire.CodeUnavailable, "watch: %s", msgShutdown)
+	}
+	if err := m.startLocked(); err != nil {
+		return nil, err
 	}
 	w := &watch{root: root, display: display, recursive: recursive, nodes: make(map[*node]struct{})}
 	if err := m.attach(w); err != nil {
@@ -154,7 +167,10 @@ func (m *Manager) Close() error {
 		m.finish(w, stream.End{Reason: stream.ReasonClosed, Message: msgShutdown})
 	}
 	m.mu.Unlock()
-	err := m.fsw.Close()
+	var err error
+	if m.fsw != nil {
+		err = m.fsw.Close()
+	}
 	m.wg.Wait()
 	return err
 }

@@ -84,6 +84,11 @@ func syncAll(t *testing.T, dir string, clients []*client, want [][]string) {
 func TestNoLeakAfterCycles(t *testing.T) {
 	before := inotifyFDs(t)
 	m, _ := newManager(t)
+	root := t.TempDir()
+	a := filepath.Join(root, "a")
+	must(t, os.MkdirAll(filepath.Join(a, "b"), 0o755))
+	keep := mustWatch(t, m, a, true) // opens the manager's instance
+	c := attach(t, keep, 0)
 	var fd string
 	for _, f := range inotifyFDs(t) {
 		if !slices.Contains(before, f) {
@@ -93,11 +98,6 @@ func TestNoLeakAfterCycles(t *testing.T) {
 	if fd == "" {
 		t.Fatal("no new inotify descriptor in /proc/self/fd")
 	}
-	root := t.TempDir()
-	a := filepath.Join(root, "a")
-	must(t, os.MkdirAll(filepath.Join(a, "b"), 0o755))
-	keep := mustWatch(t, m, a, true)
-	c := attach(t, keep, 0)
 
 	for range 1000 {
 		ids := []uint64{
@@ -157,8 +157,7 @@ func kernelWatches(t *testing.T, fd string) int {
 func TestCloseStopsGoroutines(t *testing.T) {
 	reg := stream.NewRegistry(0)
 	defer reg.Close()
-	m, err := NewManager(reg, nil)
-	must(t, err)
+	m := NewManager(reg, nil)
 	root := t.TempDir()
 	s, err := m.Watch(root, true)
 	must(t, err)
