@@ -132,9 +132,26 @@ func (c *cell) start(inst *instance) {
 	inst.conn.register(m.MsgID, c)
 	c.mu.Unlock()
 	if err := inst.conn.send(chShell, m); err != nil {
+		if inst.ctx.Err() != nil {
+			// The process is going away (it died, or a restart or a
+			// shutdown stops it), maybe after the kernel got the cell:
+			// on a loaded machine zmq4 returned only then. What tears
+			// the process down ends the cell with what happened, which
+			// says more than a failed send.
+			select {
+			case <-c.finished:
+				return
+			case <-time.After(teardownWait):
+			}
+		}
 		c.finish(doneEnd(StatusError, nil, fmt.Sprintf("cannot send the cell to the kernel: %v", err)))
 	}
 }
+
+// teardownWait bounds how long a cell whose send failed waits for its
+// process's teardown to end it (instance.watch: the process's output has
+// up to half a second to drain before the kernel hears of the exit).
+const teardownWait = 10 * time.Second
 
 // deliver handles the kernel's messages for this cell, on the pumps.
 func (c *cell) deliver(ch channel, m *message) {

@@ -73,10 +73,14 @@ type client struct {
 	lose      *losses
 }
 
-// losses are messages a test makes a client lose.
+// losses are messages a test makes a client lose, or report lost.
 type losses struct {
 	subscription bool         // the subscription sent with the dial
 	requests     atomic.Int32 // this many of the next shell requests
+	// lateExecute makes the next execute_request's send, which the kernel
+	// gets, fail once the connection closes: zmq4 returned so late on a
+	// loaded machine that the kernel had asked the cell's input and died.
+	lateExecute atomic.Bool
 }
 
 // subscribe subscribes the iopub socket to every message; zmq4 sends the
@@ -268,7 +272,12 @@ func (c *client) send(ch channel, m *message) error {
 	if c.lose != nil && ch == chShell && c.lose.requests.Add(-1) >= 0 {
 		return nil
 	}
-	return s.SendMulti(zmq4.NewMsgFrom(c.sign.encode(m)...))
+	err := s.SendMulti(zmq4.NewMsgFrom(c.sign.encode(m)...))
+	if err == nil && c.lose != nil && m.MsgType == "execute_request" && c.lose.lateExecute.CompareAndSwap(true, false) {
+		<-c.ctx.Done()
+		return c.ctx.Err()
+	}
+	return err
 }
 
 // request sends a message of the agent's own and waits for its reply.

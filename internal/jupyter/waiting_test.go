@@ -123,3 +123,36 @@ func TestFastOutputEveryLineOnce(t *testing.T) {
 		t.Fatalf("got %d bytes in %d events, want %d bytes; first difference at byte %d", len(got), len(evs), want.Len(), n)
 	}
 }
+
+// TestKernelDiesAsCellSendFails: a cell whose send reports failure only
+// after the kernel got it (asked for input) and died ends as a cell the
+// kernel died under, not as one that could not be sent.
+func TestKernelDiesAsCellSendFails(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	m := NewManager(Options{Registry: env.reg, Reaper: env.mgr.reaper})
+	defer m.Close()
+	m.lose = &losses{}
+	k, err := m.Start(ctx, StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.lose.lateExecute.Store(true)
+	s, _, err := m.Execute(ctx, k.ID(), "answer = input('go? ')", 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := attach(t, s, 0)
+	if ev, end := r.next(); end != nil || ev.Type != "input_request" {
+		t.Fatalf("want an input_request, got %+v %+v", ev, end)
+	}
+	if err := syscall.Kill(k.Info().Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	evs, end := r.all()
+	want := fmt.Sprintf("kernel %s died (killed by SIGKILL)", k.ID())
+	if e, ok := find(evs, "error"); !ok || e.Name != "KernelDied" || end.Message != want {
+		t.Fatalf("cell: %+v, end %+v; want KernelDied and %q", evs, end, want)
+	}
+}
