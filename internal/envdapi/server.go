@@ -139,7 +139,7 @@ func (s *Server) Routes() map[string]http.Handler {
 // service's connect handlers touches a good deal of code and allocates
 // for each method; an agent that no envd client talks to (a sandbox
 // snapshotted idle, to be resumed later) then never pays for it: built at
-// start, the two took about 0.35 MiB of an idle agent's 12 MiB resident
+// start, the two took about a quarter MiB of an idle agent's 12 MiB resident
 // (docs/benchmarks.md, Idle footprint).
 type lazyHandler struct {
 	once  sync.Once
