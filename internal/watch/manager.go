@@ -91,7 +91,9 @@ func (m *Manager) startLocked() error {
 	}
 	fsw, err := fsnotify.NewWatcher()
 	if errors.Is(err, unix.EMFILE) {
-		return wire.Errorf(wire.CodeLimit, "watch: inotify instance limit reached; raise sysctl fs.inotify.max_user_instances")
+		// Either limit gives EMFILE: the user's inotify instances or the
+		// process's descriptors.
+		return wire.Errorf(wire.CodeLimit, "watch: cannot open an inotify instance: the limit of inotify instances (sysctl fs.inotify.max_user_instances) or of the agent's open files is reached")
 	} else if err != nil {
 		return fmt.Errorf("watch: %w", err)
 	}
