@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/rayito/rayito-agent/client"
@@ -137,7 +138,7 @@ func (o cellOutput) error(e client.ExecError) {
 	}
 	for _, line := range e.Traceback {
 		if !o.colour {
-			line = ansiEscape.ReplaceAllString(line, "")
+			line = ansiEscape().ReplaceAllString(line, "")
 		}
 		fmt.Fprintln(o.stderr, line)
 	}
@@ -158,4 +159,8 @@ func (o cellOutput) event(ev client.CellEvent) {
 }
 
 // ansiEscape matches terminal escape sequences (colours, cursor moves).
-var ansiEscape = regexp.MustCompile("\x1b\\[[0-9;?]*[ -/]*[@-~]")
+// Compiled at first use: the agent that serves never needs it, and an
+// expression compiled at start costs the idle agent's memory.
+var ansiEscape = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile("\x1b\\[[0-9;?]*[ -/]*[@-~]")
+})

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/rayito/rayito-agent/internal/wire"
 )
@@ -21,8 +22,11 @@ const DefaultKernel = "python3"
 const interruptMessage = "message"
 
 // validSpecName is Jupyter's rule for kernelspec directory names; it also
-// keeps a name from escaping the kernels directory.
-var validSpecName = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+// keeps a name from escaping the kernels directory. Compiled at first use,
+// not at the agent's start (an idle agent's memory).
+var validSpecName = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+})
 
 // kernelspec is one kernel.json and the directory it was found in.
 type kernelspec struct {
@@ -63,7 +67,7 @@ func StandardDataDirs() []string {
 // A missing default kernel is unavailable (something must be installed);
 // any other unknown name is not_found, with the names that do exist.
 func findSpec(dataDirs []string, name string) (*kernelspec, error) {
-	if !validSpecName.MatchString(name) {
+	if !validSpecName().MatchString(name) {
 		return nil, wire.Errorf(wire.CodeBadRequest, "invalid kernelspec name %q", name)
 	}
 	var kernelDirs []string
