@@ -44,8 +44,9 @@
 // but measured behind requests it slowed every other request of that
 // connection by a fifth (websocket requests 42 to 44 µs against 35 to 37)
 // and a stat as nobody with them (63 to 73 µs against 55 to 57), twice
-// measured, not understood (BenchmarkStatRoundTrip in the client package;
-// docs/benchmarks.md, Files). Kept threads took 122 to 126 µs for that
+// measured; locking the reader to its thread without any switch did it
+// too, so it is the lock, for reasons not yet known (BenchmarkStatRoundTrip
+// in the client package; docs/benchmarks.md, Files). Kept threads took 122 to 126 µs for that
 // stat. A helper process per user would cost a round trip
 // through a pipe per operation plus a process per user, for nothing the
 // kernel's per-thread identity does not already give.
