@@ -92,17 +92,6 @@ func DecodeRequest(msg []byte) (Request, error) {
 	return r, nil
 }
 
-// Params decodes the request's parameters into v, rejecting unknown fields
-// so that a misspelt parameter is an error rather than silently ignored.
-func (r Request) Params(v any) error {
-	dec := json.NewDecoder(bytes.NewReader(r.Raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return Errorf(CodeBadRequest, "%s: bad parameters: %s", r.Op, DescribeJSON(err))
-	}
-	return nil
-}
-
 // Envelope holds the id and op fields every request carries; op parameter
 // structs embed it so that Params accepts them.
 type Envelope struct {
