@@ -41,7 +41,8 @@ func benchFile(b testing.TB, path string, size int64) {
 }
 
 // BenchmarkFileTransfer moves 1 GiB per iteration between two files of
-// the same disk (the test's temporary directory) through the agent, and
+// the same disk (a directory in the system's temporary one, open to
+// anyone) through the agent, and
 // through the baselines, in one run:
 //
 //   - tcp-copy: the file sent over a loopback TCP connection (sendfile)

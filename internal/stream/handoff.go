@@ -138,9 +138,9 @@ func (a *Attachment) unparkLocked() {
 	a.ho.parked, a.ho.armed, a.ho.waits, a.ho.fn, a.ho.kick = false, false, false, nil, nil
 }
 
-// hooksLocked is notifyLocked for an append or the stream's end (Finish): the hooks of armed
-// consumers are returned, to be called once the lock is released, instead
-// of waking them; every other waiter is woken.
+// hooksLocked is notifyLocked for an append or the stream's end (Finish):
+// the hooks of armed consumers are returned, to be called once the lock
+// is released, instead of waking them; every other waiter is woken.
 func (s *Stream) hooksLocked(hooks []func()) []func() {
 	close(s.changed)
 	s.changed = make(chan struct{})

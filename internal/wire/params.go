@@ -25,10 +25,9 @@ func (r Request) Params(v any) error {
 // through its reader; it is kept only while that stream is clean: every
 // value decoded without error and every byte fed consumed.
 type paramDecoder struct {
-	r    bytes.Reader
-	dec  *json.Decoder
-	fed  int64 // bytes fed to dec so far
-	last int   // the size of the last value fed
+	r   bytes.Reader // holds the value being fed (Size: its length)
+	dec *json.Decoder
+	fed int64 // bytes fed to dec so far
 }
 
 // maxPooledParams is the largest request whose decoder is kept: the
@@ -46,13 +45,12 @@ func getParamDecoder(raw []byte) *paramDecoder {
 	d := paramDecoders.Get().(*paramDecoder)
 	d.r.Reset(raw)
 	d.fed += int64(len(raw))
-	d.last = len(raw)
 	return d
 }
 
 // done puts d back if the decode that used it left nothing behind.
 func (d *paramDecoder) done(err error) {
-	if err == nil && d.last <= maxPooledParams && d.r.Len() == 0 && d.dec.InputOffset() == d.fed {
+	if err == nil && d.r.Size() <= maxPooledParams && d.r.Len() == 0 && d.dec.InputOffset() == d.fed {
 		d.r.Reset(nil) // the request's bytes are not held while d waits
 		paramDecoders.Put(d)
 	}
