@@ -61,17 +61,40 @@ type FileInfo struct {
 func (i FileInfo) IsDir() bool { return i.Type == FileTypeDir }
 
 func (i *FileInfo) UnmarshalJSON(b []byte) error {
-	type plain FileInfo
-	var v struct {
-		plain
-		MtimeUnixMs int64 `json:"mtime_unix_ms"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
+	var w fileWire
+	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	*i = FileInfo(v.plain)
-	i.ModTime = time.UnixMilli(v.MtimeUnixMs)
+	*i = w.info()
 	return nil
+}
+
+// fileWire is a FileInfo as the protocol sends it. Stat and List decode
+// results into it, not into FileInfo: encoding/json checks the bytes of a
+// value before it hands them to an UnmarshalJSON, which then decodes them
+// again, and that second pass was half of a stat's decoding (5 us against
+// 2.5 here) and of a listing's.
+type fileWire struct {
+	Name          string   `json:"name"`
+	Path          string   `json:"path"`
+	Type          FileType `json:"type"`
+	Size          int64    `json:"size"`
+	Mode          uint32   `json:"mode"`
+	Permissions   string   `json:"permissions"`
+	Owner         string   `json:"owner"`
+	Group         string   `json:"group"`
+	UID           uint32   `json:"uid"`
+	GID           uint32   `json:"gid"`
+	MtimeUnixMs   int64    `json:"mtime_unix_ms"`
+	SymlinkTarget string   `json:"symlink_target"`
+}
+
+func (w *fileWire) info() FileInfo {
+	return FileInfo{
+		Name: w.Name, Path: w.Path, Type: w.Type, Size: w.Size, Mode: w.Mode,
+		Permissions: w.Permissions, Owner: w.Owner, Group: w.Group, UID: w.UID, GID: w.GID,
+		ModTime: time.UnixMilli(w.MtimeUnixMs), SymlinkTarget: w.SymlinkTarget,
+	}
 }
 
 // fileParams are what every file op takes.
@@ -100,8 +123,11 @@ func (f *Files) call(ctx context.Context, op string, params any, idempotent bool
 
 // Stat describes the entry at path.
 func (f *Files) Stat(ctx context.Context, path string) (FileInfo, error) {
-	var info FileInfo
-	return info, f.call(ctx, "file_stat", f.params(path), true, &info)
+	var w fileWire
+	if err := f.call(ctx, "file_stat", f.params(path), true, &w); err != nil {
+		return FileInfo{}, err
+	}
+	return w.info(), nil
 }
 
 // List returns the entries of the directory at path down to depth levels
@@ -109,13 +135,20 @@ func (f *Files) Stat(ctx context.Context, path string) (FileInfo, error) {
 // Symlinks are listed, not followed.
 func (f *Files) List(ctx context.Context, path string, depth int) ([]FileInfo, error) {
 	var out struct {
-		Entries []FileInfo `json:"entries"`
+		Entries []fileWire `json:"entries"`
 	}
 	p := struct {
 		fileParams
 		Depth int `json:"depth,omitempty"`
 	}{f.params(path), depth}
-	return out.Entries, f.call(ctx, "file_list", p, true, &out)
+	if err := f.call(ctx, "file_list", p, true, &out); err != nil {
+		return nil, err
+	}
+	infos := make([]FileInfo, len(out.Entries))
+	for i := range out.Entries {
+		infos[i] = out.Entries[i].info()
+	}
+	return infos, nil
 }
 
 // MkdirAll creates a directory and the parents it needs; an existing

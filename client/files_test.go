@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
@@ -56,6 +57,17 @@ func TestFilesMetadata(t *testing.T) {
 	list, err := fsys.List(ctx, dir, 2)
 	if err != nil || len(list) != 3 || list[0].Name != "a" || !list[0].IsDir() || list[1].Name != "b" || list[2].Name != "f.txt" {
 		t.Fatalf("list: %+v, %v", list, err)
+	}
+	if entry := list[2]; entry != info || !entry.ModTime.Equal(info.ModTime) {
+		t.Fatalf("a listed entry %+v is not what stat says, %+v", entry, info)
+	}
+	var decoded client.FileInfo
+	must(t, json.Unmarshal([]byte(`{"name":"f","path":"/f","type":"symlink","size":1,"mode":420,"permissions":"lrw-r--r--",`+
+		`"owner":"o","group":"g","uid":7,"gid":8,"mtime_unix_ms":1764688000123,"symlink_target":"t"}`), &decoded))
+	want := client.FileInfo{Name: "f", Path: "/f", Type: client.FileTypeSymlink, Size: 1, Mode: 0o644, Permissions: "lrw-r--r--",
+		Owner: "o", Group: "g", UID: 7, GID: 8, ModTime: time.UnixMilli(1764688000123), SymlinkTarget: "t"}
+	if decoded != want {
+		t.Fatalf("decoded %+v, want %+v", decoded, want)
 	}
 	must(t, fsys.Move(ctx, filepath.Join(dir, "a/f.txt"), filepath.Join(dir, "g.txt")))
 	must(t, fsys.Chmod(ctx, filepath.Join(dir, "g.txt"), 0o600|fs.ModeSetgid))
