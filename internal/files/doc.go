@@ -44,10 +44,12 @@
 // but measured behind requests it slowed every other request of that
 // connection by a fifth (websocket requests 42 to 44 µs against 35 to 37)
 // and a stat as nobody with them (63 to 73 µs against 55 to 57), twice
-// measured; locking the reader to its thread without any switch did it
-// too, so it is the lock, for reasons not yet known (BenchmarkStatRoundTrip
-// in the client package; docs/benchmarks.md, Files). Kept threads took 122 to 126 µs for that
-// stat. A helper process per user would cost a round trip
+// measured. Not because of the lock: with no goroutine and no switch at
+// all, requests were as slow. The new goroutine makes the runtime wake a
+// thread on the other vCPU, which is then still awake for the next
+// wake-ups instead of halted (BenchmarkStatRoundTrip in the client
+// package; docs/benchmarks.md, Files). Kept threads took 122 to 126 µs for
+// that stat. A helper process per user would cost a round trip
 // through a pipe per operation plus a process per user, for nothing the
 // kernel's per-thread identity does not already give.
 //
