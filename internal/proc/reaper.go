@@ -4,8 +4,6 @@ import (
 	"errors"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 
@@ -33,10 +31,12 @@ type Reaper struct {
 	stop    chan struct{}
 	done    chan struct{}
 	reaped  uint64 // orphans reaped, for tests and metrics
-	// protected: the agent runs shielded from the OOM killer; its
-	// children must not inherit that, or a runaway command would make the
-	// kernel kill anything but it.
-	protected bool
+	// oom gives children an ordinary OOM score while the agent keeps its
+	// shield (oom.go); nil when the agent has none, or cannot raise its
+	// own again after a fork: then unshield makes each child's score 0
+	// after its fork.
+	oom      *oomShield
+	unshield bool
 }
 
 // Status is how a process ended.
@@ -67,7 +67,8 @@ func NewReaper() (*Reaper, error) {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
-	r.protected = ownOOMScoreAdj() < 0
+	r.oom = newOOMShield()
+	r.unshield = r.oom == nil && ownOOMScoreAdj() < 0
 	signal.Notify(r.sigs, syscall.SIGCHLD)
 	go r.loop()
 	return r, nil
@@ -78,12 +79,18 @@ func NewReaper() (*Reaper, error) {
 func (r *Reaper) Start(fork func() (int, error)) (int, <-chan Status, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	pid, err := fork()
+	var pid int
+	var err error
+	if r.oom != nil {
+		pid, err = r.oom.fork(fork)
+	} else {
+		pid, err = fork()
+	}
 	if err != nil {
 		return 0, nil, err
 	}
-	if r.protected {
-		os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("0"), 0)
+	if r.unshield {
+		unshieldChild(pid)
 	}
 	ch := make(chan Status, 1)
 	r.wmu.Lock()
@@ -205,15 +212,6 @@ func (r *Reaper) Kill(pid int, sig syscall.Signal, group bool) error {
 		return syscall.ESRCH
 	}
 	return syscall.Kill(pid, sig)
-}
-
-func ownOOMScoreAdj() int {
-	b, err := os.ReadFile("/proc/self/oom_score_adj")
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return n
 }
 
 // Orphans returns how many unregistered processes were reaped.

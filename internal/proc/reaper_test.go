@@ -11,44 +11,79 @@ import (
 	"time"
 )
 
+// TestReaperAndOOMScore: a child, and what it forks at once, has an
+// ordinary OOM score however the agent's own is set, and the agent keeps
+// its own. The image gives the agent -1000, which takes CAP_SYS_RESOURCE
+// to set (this test's machine may not have it); the shield does the same
+// with any value, so the test shields itself with +500, which it may set
+// and take back without the capability.
 func TestReaperAndOOMScore(t *testing.T) {
-	// Shield the test process the way the image shields the agent; the
-	// child must get an ordinary score back.
 	old, _ := os.ReadFile("/proc/self/oom_score_adj")
-	if err := os.WriteFile("/proc/self/oom_score_adj", []byte("-500"), 0); err != nil {
-		t.Skipf("cannot lower oom_score_adj here: %v", err)
+	if err := os.WriteFile("/proc/self/oom_score_adj", []byte("500"), 0); err != nil {
+		t.Skipf("cannot set oom_score_adj here: %v", err)
 	}
 	defer os.WriteFile("/proc/self/oom_score_adj", old, 0)
+	if newOOMShield() != nil {
+		t.Fatal("a shield for an agent whose score is not below 0")
+	}
 	testManager(t) // starts the package's one reaper
 	r := sharedReaper
-	r.protected = true
-	defer func() { r.protected = false }()
+	r.oom = openOOMShield("500")
+	if r.oom == nil {
+		t.Fatal("cannot open /proc/self/oom_score_adj")
+	}
+	defer func() { r.oom = nil }()
+	// The agent descheduled right after the fork: the child and what it
+	// forks at once must have their ordinary score from the start.
+	r.oom.afterFork = func() { time.Sleep(300 * time.Millisecond) }
+	out, st := runCaptured(t, r, "cat /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'; exit 7")
+	if out != "0\n0\n" {
+		t.Fatalf("child and grandchild oom_score_adj %q, want 0 and 0", out)
+	}
+	if st.ExitCode() != 7 {
+		t.Fatalf("status %+v", st)
+	}
+	if got := ownOOMScoreAdj(); got != 500 {
+		t.Fatalf("the agent's own oom_score_adj is %d after the fork, want 500", got)
+	}
+	if err := r.Kill(st.Pid, syscall.SIGTERM, false); err != syscall.ESRCH {
+		t.Fatalf("Kill of a reaped pid: %v, want ESRCH", err)
+	}
+
+	// An agent that could not set its own score back sets the child's
+	// after the fork instead.
+	r.oom, r.unshield = nil, true
+	defer func() { r.unshield = false }()
+	if out, _ := runCaptured(t, r, "sleep 0.2; cat /proc/self/oom_score_adj"); out != "0\n" {
+		t.Fatalf("child oom_score_adj %q without the shield, want 0", out)
+	}
+}
+
+// runCaptured runs a shell command through the reaper and returns its
+// output and status.
+func runCaptured(t *testing.T, r *Reaper, command string) (string, Status) {
+	t.Helper()
 	null, _ := os.Open(os.DevNull)
 	defer null.Close()
 	pr, pw, _ := os.Pipe()
 	defer pr.Close()
 	attr := &syscall.ProcAttr{Files: []uintptr{null.Fd(), pw.Fd(), pw.Fd()}}
-	pid, status, err := r.ForkExec("/bin/sh", []string{"sh", "-c", "sleep 0.2; cat /proc/self/oom_score_adj; exit 7"}, attr)
+	pid, status, err := r.ForkExec("/bin/sh", []string{"sh", "-c", command}, attr)
 	pw.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	buf := make([]byte, 64)
-	n, _ := pr.Read(buf)
-	if got := strings.TrimSpace(string(buf[:n])); got != "0" {
-		t.Fatalf("child oom_score_adj %q, want 0", got)
-	}
+	out, _ := io.ReadAll(pr)
 	select {
 	case st := <-status:
-		if st.Pid != pid || st.ExitCode() != 7 {
-			t.Fatalf("status %+v", st)
+		if st.Pid != pid {
+			t.Fatalf("status of %d for %d", st.Pid, pid)
 		}
+		return string(out), st
 	case <-time.After(10 * time.Second):
 		t.Fatal("no exit status")
 	}
-	if err := r.Kill(pid, syscall.SIGTERM, false); err != syscall.ESRCH {
-		t.Fatalf("Kill of a reaped pid: %v, want ESRCH", err)
-	}
+	return "", Status{}
 }
 
 // TestReaperGroupKillSparesReusedNumber: once a group's leader was reaped

@@ -38,6 +38,11 @@ func TestInitIntegrations(t *testing.T) {
 			}
 			c := dial(t, ctx, v.AgentURL(), tv.token, client.Options{DisableReconnect: true})
 			g := guest{c}
+			// The image shields the agent from the OOM killer, not what it
+			// runs: a command and what that forks score as usual.
+			if out, err := g.sh(ctx, `cat /proc/$PPID/oom_score_adj /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'`); err != nil || out != "-1000\n0\n0\n" {
+				t.Errorf("oom_score_adj of the agent, a command's child and grandchild: %q, %v; want -1000, 0, 0", out, err)
+			}
 			pid, err := g.agentPid(ctx)
 			if err != nil {
 				t.Fatal(err)
