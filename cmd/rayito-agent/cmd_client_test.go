@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -34,9 +35,10 @@ func startAgent(t *testing.T, token string, extra ...string) string {
 
 // agentOptions vary how startAgentWith runs the agent.
 type agentOptions struct {
-	prefix []string  // runs the agent's command line (a shell that lowers a limit first)
-	stderr io.Writer // the agent's log; nil: ours
-	flags  string    // more serve flags
+	prefix []string   // runs the agent's command line (a shell that lowers a limit first)
+	stderr io.Writer  // the agent's log; nil: ours
+	flags  string     // more serve flags
+	files  []*os.File // descriptors the agent inherits as 3, 4...
 }
 
 // testAgent is a running agent, started by startAgentWith.
@@ -59,6 +61,7 @@ func startAgentWith(t *testing.T, token string, o agentOptions) testAgent {
 		"RAYITO_TEST_SERVE=--listen "+addr+" --state-dir "+t.TempDir()+" --log-level warn "+o.flags,
 		"RAYITO_ACCESS_TOKEN="+token)
 	cmd.Stderr = os.Stderr
+	cmd.ExtraFiles = o.files
 	if o.stderr != nil {
 		cmd.Stderr = o.stderr
 	}
@@ -125,6 +128,26 @@ func TestExecCommand(t *testing.T) {
 	var errb bytes.Buffer
 	if code := runExec([]string{"--url", url, "--", "true"}, nil, &bytes.Buffer{}, &errb); code != exitClientError || !strings.Contains(errb.String(), "401") {
 		t.Fatalf("wrong token: exit %d, %q", code, errb.String())
+	}
+}
+
+// TestCommandsInheritNoDescriptors: a descriptor the agent was started
+// with (a pipe, as fd 3) is not handed on to the commands it runs.
+func TestCommandsInheritNoDescriptors(t *testing.T) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	a := startAgentWith(t, "cli-token", agentOptions{files: []*os.File{pw}})
+	pw.Close()
+	t.Setenv("RAYITO_ACCESS_TOKEN", "cli-token")
+	var out, errb bytes.Buffer
+	if code := runExec([]string{"--url", a.url, "--", "sh", "-c", "ls /proc/$$/fd"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if got := strings.Fields(out.String()); !slices.Equal(got, []string{"0", "1", "2"}) {
+		t.Fatalf("a command's descriptors: %q, want only 0, 1 and 2", got)
 	}
 }
 

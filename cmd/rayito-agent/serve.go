@@ -201,6 +201,9 @@ const hookTimeout = time.Minute
 func run(cfg config, log *zap.Logger) error {
 	sigs := catchSignals()
 	defer signal.Stop(sigs)
+	if err := keepInheritedFDs(); err != nil {
+		log.Warn("programs may inherit descriptors the agent was started with", zap.Error(err))
+	}
 	nofile, _, err := raiseFDLimit()
 	if err != nil {
 		log.Warn("cannot raise the descriptor limit", zap.Uint64("fd_limit", nofile), zap.Error(err))

@@ -3,11 +3,15 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // startupError is a failure to start that a person fixes, such as a busy
@@ -45,6 +49,33 @@ func catchSignals() chan os.Signal {
 		signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	}
 	return sigs
+}
+
+// keepInheritedFDs marks every descriptor above stderr close-on-exec.
+// Whoever started the agent may have left it descriptors it never meant
+// to pass on (a CI step's capture pipe, a terminal's or a supervisor's),
+// and every program the agent runs would inherit them: a command that
+// keeps running then holds such a pipe open, and whoever reads its other
+// end waits for an end of file that never comes. The agent's own
+// descriptors are close-on-exec already (Go opens every one so), and the
+// agent keeps the inherited ones: it only stops handing them on. Like
+// catchSignals, it runs before anything starts programs.
+func keepInheritedFDs() error {
+	err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+	if !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	// Before Linux 5.11: one by one.
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+		}
+	}
+	return nil
 }
 
 // imageMarker is written by the image build (rootfs/build-image.sh): its
