@@ -3,7 +3,9 @@ package client_test
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/coder/websocket"
@@ -179,5 +181,34 @@ func TestBadRequests(t *testing.T) {
 		if r := run(t, cl, client.ExecOptions{Argv: []string{"echo", "still"}}); string(r.stdout) != "still\n" || r.err != nil {
 			t.Fatalf("exec after bad input: %q %v", r.stdout, r.err)
 		}
+	}
+}
+
+// TestOversizedRequest: a request over the agent's control frame limit
+// (an exec with megabytes of arguments) fails with CodeLimit before it is
+// sent; the connection, and the streams on it, carry on.
+func TestOversizedRequest(t *testing.T) {
+	t.Parallel()
+	c := newAgent(t).dial(t, client.Options{DisableReconnect: true})
+	ctx := ctxLong(t)
+	p, err := c.Exec(ctx, client.ExecOptions{Argv: []string{"sh", "-c", "read x; echo got $x"}, Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := []string{"true"}
+	for range 2000 {
+		argv = append(argv, strings.Repeat("a", 1000))
+	}
+	if _, err := c.Exec(ctx, client.ExecOptions{Argv: argv}); !client.HasCode(err, client.CodeLimit) || !strings.Contains(err.Error(), "not sent") {
+		t.Fatalf("exec with 2 MB of arguments: %v, want a limit error", err)
+	}
+	if _, err := p.Write([]byte("x\n")); err != nil {
+		t.Fatalf("stdin after the refused request: %v", err)
+	}
+	if out, err := io.ReadAll(p.Stdout()); err != nil || string(out) != "got x\n" {
+		t.Fatalf("output %q, %v", out, err)
+	}
+	if _, err := c.List(ctx, "none"); err != nil {
+		t.Fatalf("a request after the refused one: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rayito/rayito-agent/internal/wire"
 	"go.uber.org/zap"
 )
 
@@ -285,6 +286,12 @@ func (c *Client) call(ctx context.Context, op string, params any, o callOpts) (j
 			}
 		}
 		id := c.nextID.Add(1)
+		msg := request(id, op, body)
+		if len(msg) > wire.MaxControl {
+			// Sent, it would make the agent close the connection (1009),
+			// cutting every stream on it.
+			return nil, &Error{Code: CodeLimit, Message: fmt.Sprintf("%s request of %d bytes is over the %d bytes of a control frame; not sent", op, len(msg), wire.MaxControl)}
+		}
 		p := &pending{conn: cn, done: make(chan struct{}), onResult: o.onResult}
 		c.mu.Lock()
 		if c.cur != cn {
@@ -296,7 +303,7 @@ func (c *Client) call(ctx context.Context, op string, params any, o callOpts) (j
 		}
 		c.pending[id] = p
 		c.mu.Unlock()
-		if err := cn.writeText(request(id, op, body)); err != nil {
+		if err := cn.writeText(msg); err != nil {
 			c.mu.Lock()
 			delete(c.pending, id)
 			closed := c.closed
