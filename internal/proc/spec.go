@@ -117,6 +117,16 @@ func (d *Defaults) Resolve(spec Spec) (Resolved, error) {
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
 		return r, wire.Errorf(wire.CodeBadRequest, "argv must name a program")
 	}
+	// A C string ends at its first NUL: the kernel could not be given
+	// such an argument, and execve's EINVAL would not say which.
+	for i, a := range spec.Argv {
+		if strings.Contains(a, "\x00") {
+			return r, wire.Errorf(wire.CodeBadRequest, "argv[%d] contains a NUL byte", i)
+		}
+	}
+	if strings.Contains(spec.Cwd, "\x00") {
+		return r, wire.Errorf(wire.CodeBadRequest, "cwd contains a NUL byte")
+	}
 	u, err := lookupUser(spec.User, defUser)
 	if err != nil {
 		return r, err

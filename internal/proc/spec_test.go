@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os/user"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/rayito/rayito-agent/internal/wire"
@@ -80,5 +81,26 @@ func TestResolveEnvFollowsDefaults(t *testing.T) {
 	d.Set("", "", map[string]string{"FROM_INIT": "2"})
 	if after := env(spec); !slices.Contains(after, "FROM_INIT=2") || slices.Contains(after, "FROM_INIT=1") {
 		t.Fatalf("second change: %v", after)
+	}
+}
+
+// TestResolveRefusesNUL: a NUL byte cannot reach the kernel in an
+// argument, the working directory or the environment; each is
+// bad_request naming what holds it.
+func TestResolveRefusesNUL(t *testing.T) {
+	d := &Defaults{}
+	for _, tc := range []struct {
+		spec Spec
+		want string
+	}{
+		{Spec{Argv: []string{"echo", "a\x00b"}}, "argv[1] contains a NUL byte"},
+		{Spec{Argv: []string{"tr\x00ue"}}, "argv[0] contains a NUL byte"},
+		{Spec{Argv: []string{"true"}, Cwd: "/tmp\x00x"}, "cwd contains a NUL byte"},
+		{Spec{Argv: []string{"true"}, Env: map[string]string{"A": "b\x00c"}}, `invalid environment variable "A"`},
+	} {
+		_, err := d.Resolve(tc.spec)
+		if we := wire.AsError(err); err == nil || we.Code != wire.CodeBadRequest || !strings.Contains(we.Message, tc.want) {
+			t.Errorf("%q: %v, want bad_request %q", tc.spec.Argv, err, tc.want)
+		}
 	}
 }
