@@ -13,8 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rayito/rayito-agent/internal/wire"
 	"go.uber.org/zap"
+
+	"github.com/rayito/rayito-agent/internal/wire"
 )
 
 // Defaults of Options.
