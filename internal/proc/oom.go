@@ -22,7 +22,10 @@ import (
 // 0 for the fork alone: the child is born with 0 and can never give
 // itself less. Forks are serialized anyway (syscall.ForkLock), and for
 // that millisecond the agent is merely scored like anything else: by its
-// size, which is small next to a runaway's.
+// size, which is small next to a runaway's. The trade: were the OOM
+// killer to pick the agent in that window, its init restarts it; a
+// runaway left at -1000 could never be killed, and the VM would run out
+// of memory for good.
 //
 // Raising the value back needs CAP_SYS_RESOURCE; an agent without it
 // cannot do this and falls back to the child's score after the fork.
