@@ -290,6 +290,9 @@ func (ss *Session) flushControl() bool {
 type outGate struct {
 	pending atomic.Int64 // frames queued and not yet written or dropped
 	writing sync.Mutex   // held by whoever writes to the connection
+	// writerHook, if set (tests), runs in the writer before it writes a
+	// frame it took from the queues: a writer slow to get its turn.
+	writerHook atomic.Pointer[func()]
 }
 
 // queue puts f on ch for the writer; false if the session ended first.
@@ -306,6 +309,9 @@ func (ss *Session) queue(ch chan outFrame, f outFrame) bool {
 
 // writeQueued writes a frame that was queued.
 func (ss *Session) writeQueued(f outFrame) bool {
+	if hook := ss.out.writerHook.Load(); hook != nil {
+		(*hook)()
+	}
 	ss.out.writing.Lock()
 	ok := ss.write(f)
 	ss.out.pending.Add(-1)
