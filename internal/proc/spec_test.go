@@ -99,7 +99,9 @@ func TestResolveRefusesNUL(t *testing.T) {
 		{Spec{Argv: []string{"true"}, Env: map[string]string{"A": "b\x00c"}}, `invalid environment variable "A"`},
 	} {
 		_, err := d.Resolve(tc.spec)
-		if we := wire.AsError(err); err == nil || we.Code != wire.CodeBadRequest || !strings.Contains(we.Message, tc.want) {
+		if err == nil {
+			t.Errorf("%q: resolved, want bad_request %q", tc.spec.Argv, tc.want)
+		} else if we := wire.AsError(err); we.Code != wire.CodeBadRequest || !strings.Contains(we.Message, tc.want) {
 			t.Errorf("%q: %v, want bad_request %q", tc.spec.Argv, err, tc.want)
 		}
 	}
