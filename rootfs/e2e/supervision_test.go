@@ -39,9 +39,14 @@ func TestInitIntegrations(t *testing.T) {
 			c := dial(t, ctx, v.AgentURL(), tv.token, client.Options{DisableReconnect: true})
 			g := guest{c}
 			// The image shields the agent from the OOM killer, not what it
-			// runs: a command and what that forks score as usual.
+			// runs: a command and what that forks score as usual. The agent
+			// has CAP_SYS_RESOURCE, so children are born so (proc/oom.go),
+			// not set after their fork.
 			if out, err := g.sh(ctx, `cat /proc/$PPID/oom_score_adj /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'`); err != nil || out != "-1000\n0\n0\n" {
 				t.Errorf("oom_score_adj of the agent, a command's child and grandchild: %q, %v; want -1000, 0, 0", out, err)
+			}
+			if out, err := g.sh(ctx, `sed -n 's/^CapEff:[[:space:]]*//p' /proc/$PPID/status`); err != nil || !hasCap(strings.TrimSpace(out), 24) {
+				t.Errorf("the agent's effective capabilities %q (%v) lack CAP_SYS_RESOURCE", out, err)
 			}
 			pid, err := g.agentPid(ctx)
 			if err != nil {
@@ -93,6 +98,13 @@ func waitRestarted(t *testing.T, url, token string, oldPid int, killed time.Time
 		t.Errorf("agent pid still %d after it was killed", pid)
 	}
 	c.Close()
+}
+
+// hasCap reports whether a hex capability mask (as /proc/PID/status shows
+// it) has capability bit c.
+func hasCap(mask string, c uint) bool {
+	m, err := strconv.ParseUint(mask, 16, 64)
+	return err == nil && m&(1<<c) != 0
 }
 
 func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
