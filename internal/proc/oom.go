@@ -51,25 +51,20 @@ func ownOOMScoreAdj() int {
 // newOOMShield returns a shield if the agent runs with a negative
 // oom_score_adj and may set it back after each fork, else nil.
 func newOOMShield() *oomShield {
-	b, err := os.ReadFile("/proc/self/oom_score_adj")
-	if err != nil {
-		return nil
+	if own := ownOOMScoreAdj(); own < 0 && hasCap(unix.CAP_SYS_RESOURCE) {
+		return openOOMShield(own)
 	}
-	own := strings.TrimSpace(string(b))
-	if n, err := strconv.Atoi(own); err != nil || n >= 0 || !hasCap(unix.CAP_SYS_RESOURCE) {
-		return nil
-	}
-	return openOOMShield(own)
+	return nil
 }
 
 // openOOMShield returns a shield that gives the agent the value own back
 // after each fork, or nil if the agent's value cannot be written.
-func openOOMShield(own string) *oomShield {
+func openOOMShield(own int) *oomShield {
 	f, err := os.OpenFile("/proc/self/oom_score_adj", os.O_WRONLY, 0)
 	if err != nil {
 		return nil
 	}
-	return &oomShield{self: f, own: []byte(own)}
+	return &oomShield{self: f, own: []byte(strconv.Itoa(own))}
 }
 
 // fork runs fork with the agent's score at 0 and gives it back after.

@@ -28,7 +28,7 @@ func TestReaperAndOOMScore(t *testing.T) {
 	}
 	testManager(t) // starts the package's one reaper
 	r := sharedReaper
-	r.oom = openOOMShield("500")
+	r.oom = openOOMShield(500)
 	if r.oom == nil {
 		t.Fatal("cannot open /proc/self/oom_score_adj")
 	}
