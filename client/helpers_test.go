@@ -18,13 +18,16 @@ import (
 
 	"github.com/rayito/rayito-agent/client"
 	"github.com/rayito/rayito-agent/internal/endpoint"
-	"github.com/rayito/rayito-agent/internal/endpoint/endpointtest"
 	"github.com/rayito/rayito-agent/internal/files"
+	"github.com/rayito/rayito-agent/internal/hostapi"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/surface"
+	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
+	"github.com/rayito/rayito-agent/internal/traffic"
 	"github.com/rayito/rayito-agent/internal/watch"
 )
 
@@ -53,6 +56,7 @@ func testReaper(t testing.TB) *proc.Reaper {
 // commands, terminals, watches, kernels and resumes.
 type agent struct {
 	srv     *endpoint.Server
+	cuts    *surface.Cuts
 	http    *httptest.Server
 	streams *stream.Registry
 	kernels *jupyter.Manager
@@ -69,34 +73,35 @@ func newAgent(t testing.TB, limits ...stream.Limits) *agent {
 	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
 	watches := watch.NewManager(streams, nil)
 	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: testReaper(t), Defaults: defaults})
-	var srv *endpoint.Server
-	resumer, err := resume.New(resume.Options{Sessions: cutter{&srv}, SetClock: func(time.Time) error { return nil }})
+	var resumer *resume.Manager
+	cuts := surface.NewCuts(func() uint64 { return resumer.Generation() })
+	resumer, err := resume.New(resume.Options{Sessions: cuts, SetClock: func(time.Time) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fm, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir(),
-		EndCode: func(err error) string { return string(endpoint.FileErrorCode(err)) }})
+	fm, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv = endpoint.New(endpoint.Config{Version: "test", Auth: endpoint.NewAuth(testToken), Streams: streams,
-		Procs: procs, PTYs: ptys, Watches: watches, Kernels: kernels, Files: fm, Resume: resumer, Defaults: defaults,
-		SetClock: func(time.Time) error { return nil }})
-	hs := endpointtest.Serve(t, srv.Handler(), srv.Shutdown, func() {
+	counter := traffic.NewCounter()
+	srv := endpoint.New(endpoint.Config{Version: "test", Streams: streams, Traffic: counter,
+		Procs: procs, PTYs: ptys, Watches: watches, Kernels: kernels, Files: fm, Cuts: cuts})
+	auth := surface.NewAuth(testToken)
+	kit := surface.New(surface.Options{Auth: auth, Traffic: counter})
+	kit.Mount(hostapi.New(hostapi.Config{Version: "test", Auth: auth, Streams: streams, Traffic: counter, Resume: resumer,
+		Defaults: defaults, SetClock: func(time.Time) error { return nil }}).Surface())
+	kit.Mount(srv.Surface())
+	hs := surfacetest.Serve(t, kit.Handler(), kit.Shutdown, func() {
 		kernels.Close()
 		ptys.Close()
 		watches.Close()
 		procs.Close()
 		fm.Close()
 		streams.Close()
+		counter.Close()
 	})
-	return &agent{srv: srv, http: hs, streams: streams, kernels: kernels, resume: resumer, url: "ws" + strings.TrimPrefix(hs.URL, "http")}
+	return &agent{srv: srv, cuts: cuts, http: hs, streams: streams, kernels: kernels, resume: resumer, url: "ws" + strings.TrimPrefix(hs.URL, "http")}
 }
-
-// cutter lets the resume manager reach a server built after it.
-type cutter struct{ srv **endpoint.Server }
-
-func (c cutter) CutForResume(ctx context.Context, gen uint64) { (*c.srv).CutForResume(ctx, gen) }
 
 // dial connects a client with the test token; Close runs at cleanup.
 func (a *agent) dial(t testing.TB, opts client.Options) *client.Client {

@@ -151,7 +151,7 @@ func TestResumeCloseReattaches(t *testing.T) {
 			defer cuts.Done()
 			cctx, cancel := context.WithTimeout(context.Background(), waitLong)
 			defer cancel()
-			a.srv.CutForResume(cctx, 1<<62)
+			a.cuts.CutForResume(cctx, 1<<62)
 		}()
 	}
 	w := &patternWriter{marks: []uint64{4 << 20, 17 << 20}, at: cut}

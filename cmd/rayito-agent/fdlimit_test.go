@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/rayito/rayito-agent/client"
-	"github.com/rayito/rayito-agent/internal/endpoint/endpointtest"
+	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
 )
 
 // TestDescriptorFlood: under a low descriptor limit, peers without a
@@ -106,7 +106,7 @@ func TestSlowBodiesWithoutToken(t *testing.T) {
 	}
 	for i, c := range flood {
 		rt := routes[i%len(routes)]
-		status, err := endpointtest.AnsweredAndClosed(c)
+		status, err := surfacetest.AnsweredAndClosed(c)
 		if err != nil || status != http.StatusUnauthorized && status != http.StatusForbidden {
 			t.Fatalf("POST %s with a slow body: %d %v, want 401 or 403 (Jupyter's) at once, then the connection closed", rt.path, status, err)
 		}
@@ -187,7 +187,7 @@ func TestCodeInterpreterListenerLimited(t *testing.T) {
 	if _, err := io.WriteString(slow, "POST /execute HTTP/1.1\r\nHost: agent\r\nContent-Length: 100\r\n\r\n{"); err != nil {
 		t.Fatal(err)
 	}
-	if status, err := endpointtest.AnsweredAndClosed(slow); err != nil || status != http.StatusUnauthorized {
+	if status, err := surfacetest.AnsweredAndClosed(slow); err != nil || status != http.StatusUnauthorized {
 		t.Fatalf("POST /execute with a slow body and no token: %d %v, want 401 at once, then the connection closed", status, err)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -22,12 +21,14 @@ import (
 	"github.com/rayito/rayito-agent/internal/endpoint"
 	"github.com/rayito/rayito-agent/internal/envdapi"
 	"github.com/rayito/rayito-agent/internal/files"
+	"github.com/rayito/rayito-agent/internal/hostapi"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/surface"
 	"github.com/rayito/rayito-agent/internal/traffic"
 	"github.com/rayito/rayito-agent/internal/watch"
 )
@@ -197,7 +198,9 @@ func serve(args []string) int {
 // hookTimeout bounds the --on-idle command.
 const hookTimeout = time.Minute
 
-// run wires the agent together and serves until SIGTERM or SIGINT.
+// run wires the agent together and serves until SIGTERM or SIGINT:
+// listeners first (a busy port fails the start before anything runs),
+// then the managers, the surfaces on them, and the resume detectors.
 func run(cfg config, log *zap.Logger) error {
 	sigs := catchSignals()
 	defer signal.Stop(sigs)
@@ -220,161 +223,23 @@ func run(cfg config, log *zap.Logger) error {
 		}
 		defer ciListener.Close()
 	}
-	reaper, err := proc.NewReaper()
+	m, err := buildManagers(cfg, log)
 	if err != nil {
-		return fmt.Errorf("becoming a child subreaper: %w", err)
-	}
-	defer reaper.Close()
-	streams := stream.NewRegistryWith(cfg.retention)
-	defer streams.Close()
-	limitMemory(streams.Limits().Budget)
-	defaults := &proc.Defaults{}
-	defaults.Set(cfg.defaultUser, "", nil)
-	procs := proc.NewManager(streams, reaper, defaults, log.Named("proc"))
-	counter := traffic.NewCounter()
-	defer counter.Close()
-	if err := counter.SetMaxIdle(cfg.maxIdle); err != nil {
 		return err
 	}
-	if err := counter.Holds().SetMax(cfg.maxHold); err != nil {
-		return err
-	}
-
-	ptys := ptymux.NewManager(streams, reaper, defaults, log.Named("pty"))
-	watches := watch.NewManager(streams, log.Named("watch"))
-	var resumer *resume.Manager
-	kernels := jupyter.NewManager(jupyter.Options{
-		Registry: streams, Reaper: reaper, Defaults: defaults, Logger: log,
-		OnChange: func() {
-			if resumer != nil {
-				resumer.KernelsChanged()
-			}
-		},
-	})
-
-	var clockJump *resume.ClockJumpDetector
-	setsClock, why := clockPolicy(cfg.setClock, imageMarker)
-	log.Info("wall clock", zap.Bool("set_from_host", setsClock), zap.String("because", why))
-	setClock := clockSetter(setsClock, func(t time.Time) error {
-		if clockJump != nil {
-			return clockJump.SetClock(resume.SetRealtime, t)
-		}
-		return resume.SetRealtime(t)
-	})
-	// The endpoint and the resume manager need each other: the manager
-	// cuts the endpoint's sessions, the endpoint forwards host reports.
-	// Every other surface that holds connections joins cut as well.
-	var srv *endpoint.Server
-	cut := &surfaces{sessionsFunc(func(ctx context.Context, gen uint64) { srv.CutForResume(ctx, gen) })}
-	resumer, err = resume.New(resume.Options{
-		StateDir: cfg.stateDir, Sessions: cut, SetClock: setClock, Kernels: kernelHealth{kernels},
-		OnResume: counter.Resumed, KernelCheck: cfg.kernelCheck, Logger: log.Named("resume"),
-	})
-	if err != nil {
-		return fmt.Errorf("state dir: %w", err)
-	}
-	fileMgr, err := files.New(files.Options{
-		Registry: streams, Defaults: defaults, StateDir: cfg.stateDir, Logger: log.Named("files"),
-		EndCode: func(err error) string { return string(endpoint.FileErrorCode(err)) },
-	})
-	if err != nil {
-		return fmt.Errorf("files: %w", err)
-	}
-	defer fileMgr.Close()
-	var earlier []string
-	for _, k := range resumer.State().Kernels {
-		earlier = append(earlier, k.Kernel)
-	}
-	kernels.SkipIDs(earlier)
-	auth := endpoint.NewAuth(cfg.token)
-	srv = endpoint.New(endpoint.Config{
-		Logger:   log.Named("endpoint"),
-		Version:  version,
-		Auth:     auth,
-		Streams:  streams,
-		Traffic:  counter,
-		Procs:    procs,
-		PTYs:     ptys,
-		Watches:  watches,
-		Kernels:  kernels,
-		Files:    fileMgr,
-		Resume:   resumer,
-		Defaults: defaults,
-		SetClock: setClock,
-		Metrics: func(m *endpoint.MetricsWriter) {
-			m.Metric("rayito_orphans_reaped_total", "counter", "Orphaned descendants reaped.", "", float64(reaper.Orphans()))
-			b := streams.Budget().Stats()
-			m.Metric("rayito_retention_budget_bytes", "gauge", "Memory the buffers of all streams may hold together.", "", float64(b.Limit))
-			m.Metric("rayito_retention_used_bytes", "gauge", "Retention budget in use: held by streams, or set aside by running ones.", "", float64(b.Used))
-			m.Metric("rayito_retention_ended_bytes", "gauge", "Memory held by ended streams.", "", float64(b.Ended))
-			m.Metric("rayito_streams_expired_total", "counter", "Ended streams that expired (by count, bytes, time or memory pressure).", "", float64(streams.Expired()))
-		},
-	})
-	envd := envdapi.New(envdapi.Config{
-		Logger: log.Named("envd"), Auth: auth, Streams: streams, Procs: procs, PTYs: ptys,
-		Watches: watches, Users: defaults, Files: fileMgr, Traffic: counter, Generation: resumer.Generation, Open: cfg.envdOpen,
-	})
-	envd.Mount(srv)
-	*cut = append(*cut, envd)
-	if cfg.envdOpen {
-		log.Warn("the envd API is open: anyone who reaches the port can run commands without a token")
-	}
-
-	// The Jupyter and code-interpreter surfaces share the listener and
-	// the token; a resume cuts their connections too.
-	jupyterAPI := jupyterapi.New(jupyterapi.Options{Kernels: kernels, Auth: auth, Traffic: counter, Logger: log})
-	codeInterp := codeinterp.New(codeinterp.Options{Kernels: kernels, Auth: auth, Traffic: counter, Logger: log})
-	for _, p := range jupyterAPI.Patterns() {
-		srv.Mount(p, jupyterAPI)
-	}
-	for _, p := range codeInterp.Patterns() {
-		srv.Mount(p, codeInterp)
-	}
-	*cut = append(*cut, jupyterAPI, codeInterp)
-
-	detected := func(src resume.Source) func() {
-		return func() { go resumer.Resume(context.Background(), resume.Report{Source: src}) }
-	}
-	if cfg.detectVMGenID {
-		if l, err := resume.ListenUevents(detected(resume.SourceVMGenID)); err != nil {
-			log.Warn("vmgenid detector off", zap.Error(err))
-		} else {
-			defer l.Close()
-		}
-	}
-	if cfg.detectVMClock {
-		if w, err := resume.WatchVMClock("", detected(resume.SourceVMClock)); err == nil {
-			defer w.Close()
-			log.Info("vmclock detector on")
-		}
-	}
-	if cfg.detectClock {
-		clockJump = resume.WatchClocks(nil, log.Named("resume"), detected(resume.SourceClock))
-		defer clockJump.Close()
-	}
-	if cfg.onIdle != "" {
-		w := traffic.WatchIdle(counter, func(s traffic.Snapshot) {
-			body, _ := json.Marshal(s)
-			st, err := reaper.RunHook(cfg.onIdle, body, hookTimeout)
-			log.Info("on-idle hook ran", zap.Int("exit_code", st.ExitCode()), zap.Error(err))
-		})
-		defer w.Close()
-	}
+	defer m.close()
+	srv := buildSurfaces(cfg, log, m)
+	defer startDetectors(cfg, log, m)()
 
 	log.Info("serving", zap.String("listen", l.Addr().String()), zap.String("version", version),
-		zap.Uint64("fd_limit", nofile), zap.Int("max_connections", endpoint.ConnLimitFor(nofile)),
+		zap.Uint64("fd_limit", nofile), zap.Int("max_connections", srv.MaxConns()),
 		zap.Bool("token_set", cfg.token != ""), zap.String("state_dir", cfg.stateDir),
-		zap.Uint64("resume_generation", resumer.Generation()))
-
+		zap.Uint64("resume_generation", m.resumer.Generation()))
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(l) }()
 	if ciListener != nil {
 		log.Info("serving the code-interpreter API", zap.String("listen", ciListener.Addr().String()))
-		go func() {
-			if err := srv.ServeAlso(ciListener, codeInterp); err != nil {
-				serveErr <- err
-			}
-		}()
+		go func() { serveErr <- srv.ServeOnly(ciListener, "codeinterp") }()
 	}
 	select {
 	case err = <-serveErr:
@@ -384,13 +249,199 @@ func run(cfg config, log *zap.Logger) error {
 		err = srv.Shutdown(ctx)
 		cancel()
 	}
-	jupyterAPI.Close()
-	// Stop producers: kernels politely, then terminals and commands.
-	kernels.Close()
-	ptys.Close()
-	procs.Close()
-	watches.Close()
 	return err
+}
+
+// managers are the agent's capabilities, which every surface drives.
+type managers struct {
+	reaper   *proc.Reaper
+	streams  *stream.Registry
+	defaults *proc.Defaults
+	procs    *proc.Manager
+	ptys     *ptymux.Manager
+	watches  *watch.Manager
+	kernels  *jupyter.Manager
+	files    *files.Manager
+	counter  *traffic.Counter
+	resumer  *resume.Manager
+	// cuts is what a resume cuts, on every surface.
+	cuts *surface.Cuts
+	// setClock sets the wall clock from the host's time, if --set-clock
+	// lets the agent.
+	setClock func(time.Time) error
+	// clockJump, once the detectors run, is the clock jump detector,
+	// which must hear of the agent's own clock changes.
+	clockJump *resume.ClockJumpDetector
+}
+
+// buildManagers builds the capabilities and the resume manager over them.
+func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
+	m = &managers{}
+	defer func() {
+		if err != nil {
+			m.close()
+		}
+	}()
+	if m.reaper, err = proc.NewReaper(); err != nil {
+		return nil, fmt.Errorf("becoming a child subreaper: %w", err)
+	}
+	m.streams = stream.NewRegistryWith(cfg.retention)
+	limitMemory(m.streams.Limits().Budget)
+	m.defaults = &proc.Defaults{}
+	m.defaults.Set(cfg.defaultUser, "", nil)
+	m.procs = proc.NewManager(m.streams, m.reaper, m.defaults, log.Named("proc"))
+	m.counter = traffic.NewCounter()
+	if err := m.counter.SetMaxIdle(cfg.maxIdle); err != nil {
+		return nil, err
+	}
+	if err := m.counter.Holds().SetMax(cfg.maxHold); err != nil {
+		return nil, err
+	}
+	m.ptys = ptymux.NewManager(m.streams, m.reaper, m.defaults, log.Named("pty"))
+	m.watches = watch.NewManager(m.streams, log.Named("watch"))
+	m.kernels = jupyter.NewManager(jupyter.Options{
+		Registry: m.streams, Reaper: m.reaper, Defaults: m.defaults, Logger: log,
+		OnChange: func() {
+			if m.resumer != nil {
+				m.resumer.KernelsChanged()
+			}
+		},
+	})
+	// The resume manager cuts what every surface registers here, and
+	// the registry reads the generation the manager publishes.
+	m.cuts = surface.NewCuts(func() uint64 { return m.resumer.Generation() })
+	m.setClock = m.clockSetter(cfg, log)
+	m.resumer, err = resume.New(resume.Options{
+		StateDir: cfg.stateDir, Sessions: m.cuts, SetClock: m.setClock, Kernels: kernelHealth{m.kernels},
+		OnResume: m.counter.Resumed, KernelCheck: cfg.kernelCheck, Logger: log.Named("resume"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	if m.files, err = files.New(files.Options{Registry: m.streams, Defaults: m.defaults, StateDir: cfg.stateDir, Logger: log.Named("files")}); err != nil {
+		return nil, fmt.Errorf("files: %w", err)
+	}
+	var earlier []string
+	for _, k := range m.resumer.State().Kernels {
+		earlier = append(earlier, k.Kernel)
+	}
+	m.kernels.SkipIDs(earlier)
+	return m, nil
+}
+
+// clockSetter is how the agent sets the wall clock (from /v1/init or a
+// resume's time_unix_ns), if --set-clock lets it.
+func (m *managers) clockSetter(cfg config, log *zap.Logger) func(time.Time) error {
+	setsClock, why := clockPolicy(cfg.setClock, imageMarker)
+	log.Info("wall clock", zap.Bool("set_from_host", setsClock), zap.String("because", why))
+	return clockSetter(setsClock, func(t time.Time) error {
+		if m.clockJump != nil {
+			return m.clockJump.SetClock(resume.SetRealtime, t)
+		}
+		return resume.SetRealtime(t)
+	})
+}
+
+// close stops the producers (kernels politely, then terminals and
+// commands) and what holds their output.
+func (m *managers) close() {
+	if m.kernels != nil {
+		m.kernels.Close()
+	}
+	if m.ptys != nil {
+		m.ptys.Close()
+	}
+	if m.procs != nil {
+		m.procs.Close()
+	}
+	if m.watches != nil {
+		m.watches.Close()
+	}
+	if m.files != nil {
+		m.files.Close()
+	}
+	if m.counter != nil {
+		m.counter.Close()
+	}
+	if m.streams != nil {
+		m.streams.Close()
+	}
+	if m.reaper != nil {
+		m.reaper.Close()
+	}
+}
+
+// buildSurfaces mounts every surface over the managers on one server:
+// the host API, the native protocol, envd's API, jupyter_server's and the
+// code interpreter's. They share the token, the limits and the resume cut.
+func buildSurfaces(cfg config, log *zap.Logger, m *managers) *surface.Server {
+	auth := surface.NewAuth(cfg.token)
+	srv := surface.New(surface.Options{Logger: log.Named("http"), Auth: auth, Traffic: m.counter})
+	srv.Mount(hostapi.New(hostapi.Config{
+		Logger: log.Named("host"), Version: version, Auth: auth, Streams: m.streams, Traffic: m.counter,
+		Resume: m.resumer, Defaults: m.defaults, SetClock: m.setClock, Conns: srv.Conns,
+		Metrics: func(w *hostapi.MetricsWriter) {
+			w.Metric("rayito_orphans_reaped_total", "counter", "Orphaned descendants reaped.", "", float64(m.reaper.Orphans()))
+			b := m.streams.Budget().Stats()
+			w.Metric("rayito_retention_budget_bytes", "gauge", "Memory the buffers of all streams may hold together.", "", float64(b.Limit))
+			w.Metric("rayito_retention_used_bytes", "gauge", "Retention budget in use: held by streams, or set aside by running ones.", "", float64(b.Used))
+			w.Metric("rayito_retention_ended_bytes", "gauge", "Memory held by ended streams.", "", float64(b.Ended))
+			w.Metric("rayito_streams_expired_total", "counter", "Ended streams that expired (by count, bytes, time or memory pressure).", "", float64(m.streams.Expired()))
+		},
+	}).Surface())
+	srv.Mount(endpoint.New(endpoint.Config{
+		Logger: log.Named("endpoint"), Version: version, Streams: m.streams, Traffic: m.counter,
+		Procs: m.procs, PTYs: m.ptys, Watches: m.watches, Kernels: m.kernels, Files: m.files, Cuts: m.cuts,
+	}).Surface())
+	srv.Mount(envdapi.New(envdapi.Config{
+		Logger: log.Named("envd"), Auth: auth, Streams: m.streams, Procs: m.procs, PTYs: m.ptys,
+		Watches: m.watches, Users: m.defaults, Files: m.files, Cuts: m.cuts, Open: cfg.envdOpen,
+	}).Surface())
+	if cfg.envdOpen {
+		log.Warn("the envd API is open: anyone who reaches the port can run commands without a token")
+	}
+	srv.Mount(jupyterapi.New(jupyterapi.Options{Kernels: m.kernels, Traffic: m.counter, Cuts: m.cuts, Logger: log}).Surface())
+	srv.Mount(codeinterp.New(codeinterp.Options{Kernels: m.kernels, Cuts: m.cuts, Logger: log}).Surface())
+	return srv
+}
+
+// startDetectors starts the resume detectors and the idle hook that the
+// flags ask for, and returns what stops them.
+func startDetectors(cfg config, log *zap.Logger, m *managers) (stop func()) {
+	var stops []func()
+	detected := func(src resume.Source) func() {
+		return func() { go m.resumer.Resume(context.Background(), resume.Report{Source: src}) }
+	}
+	if cfg.detectVMGenID {
+		if l, err := resume.ListenUevents(detected(resume.SourceVMGenID)); err != nil {
+			log.Warn("vmgenid detector off", zap.Error(err))
+		} else {
+			stops = append(stops, func() { l.Close() })
+		}
+	}
+	if cfg.detectVMClock {
+		if w, err := resume.WatchVMClock("", detected(resume.SourceVMClock)); err == nil {
+			stops = append(stops, func() { w.Close() })
+			log.Info("vmclock detector on")
+		}
+	}
+	if cfg.detectClock {
+		m.clockJump = resume.WatchClocks(nil, log.Named("resume"), detected(resume.SourceClock))
+		stops = append(stops, func() { m.clockJump.Close() })
+	}
+	if cfg.onIdle != "" {
+		w := traffic.WatchIdle(m.counter, func(s traffic.Snapshot) {
+			body, _ := json.Marshal(s)
+			st, err := m.reaper.RunHook(cfg.onIdle, body, hookTimeout)
+			log.Info("on-idle hook ran", zap.Int("exit_code", st.ExitCode()), zap.Error(err))
+		})
+		stops = append(stops, func() { w.Close() })
+	}
+	return func() {
+		for _, s := range stops {
+			s()
+		}
+	}
 }
 
 // limitMemory gives the Go runtime a soft memory limit of the retention
@@ -448,25 +499,3 @@ func (k kernelHealth) List() []resume.KernelHealth {
 	}
 	return out
 }
-
-// surfaces are everything holding connections that a resume cuts: the
-// native endpoint and each adapter. They are cut concurrently, so each
-// gets the whole of the sequence's bound.
-type surfaces []resume.Sessions
-
-func (ss *surfaces) CutForResume(ctx context.Context, gen uint64) {
-	var wg sync.WaitGroup
-	for _, s := range *ss {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.CutForResume(ctx, gen)
-		}()
-	}
-	wg.Wait()
-}
-
-// sessionsFunc adapts a function to resume.Sessions.
-type sessionsFunc func(ctx context.Context, gen uint64)
-
-func (f sessionsFunc) CutForResume(ctx context.Context, gen uint64) { f(ctx, gen) }

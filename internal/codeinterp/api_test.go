@@ -202,7 +202,7 @@ func TestResumeEndsExecution(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	a.api.CutForResume(ctx, 7)
+	a.resumeTo(ctx, 7)
 	l := next()
 	if l.Type != "error" || l.Name != "SandboxResumed" || !strings.Contains(l.Value, "generation 7") {
 		t.Fatalf("after the resume: %+v", l)

@@ -92,13 +92,9 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ex := &execution{att: att, kernel: kernel, stream: st.ID}
-	s.mu.Lock()
-	s.running[ex] = struct{}{}
-	s.mu.Unlock()
+	_, untrack := s.o.Cuts.Track(ex)
 	defer func() {
-		s.mu.Lock()
-		delete(s.running, ex)
-		s.mu.Unlock()
+		untrack()
 		att.Close()
 	}()
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -205,17 +201,13 @@ func endLines(e stream.End, errored bool) []any {
 	return append(out, markerLine{Type: "end_of_execution"})
 }
 
-// CutForResume ends every /execute response in progress with an error
-// line that names the resume; the cells keep running on their kernels
-// and their output stays readable through the native protocol.
-func (s *Server) CutForResume(ctx context.Context, gen uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ex := range s.running {
-		ex.att.Cut(stream.End{Reason: stream.ReasonResume, Message: fmt.Sprintf(
-			"the sandbox was resumed (resume generation %d) while this cell ran; the cell keeps running on context %s, and its output is readable as cell stream %d of the agent's native protocol",
-			gen, ex.kernel, ex.stream)})
-	}
+// Cut is the resume cut (surface.Cuttable): the response ends with an
+// error line that names the resume; the cell keeps running on its kernel
+// and its output stays readable through the native protocol.
+func (ex *execution) Cut(_ context.Context, gen uint64) {
+	ex.att.Cut(stream.End{Reason: stream.ReasonResume, Message: fmt.Sprintf(
+		"the sandbox was resumed (resume generation %d) while this cell ran; the cell keeps running on context %s, and its output is readable as cell stream %d of the agent's native protocol",
+		gen, ex.kernel, ex.stream)})
 }
 
 // lineWriter writes NDJSON lines into the response's buffer.

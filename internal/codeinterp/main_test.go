@@ -2,21 +2,24 @@ package codeinterp_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rayito/rayito-agent/internal/codeinterp"
 	"github.com/rayito/rayito-agent/internal/endpoint"
-	"github.com/rayito/rayito-agent/internal/endpoint/endpointtest"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/proc/proctest"
 	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/surface"
+	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
 	"github.com/rayito/rayito-agent/internal/traffic"
 )
 
@@ -43,6 +46,8 @@ type agent struct {
 	streams *stream.Registry
 	api     *codeinterp.Server
 	traffic *traffic.Counter
+	cuts    *surface.Cuts
+	gen     *atomic.Uint64
 }
 
 func newAgent(t testing.TB) *agent {
@@ -50,17 +55,24 @@ func newAgent(t testing.TB) *agent {
 	streams := stream.NewRegistry(0)
 	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: reaper})
 	counter := traffic.NewCounter()
-	auth := endpoint.NewAuth(testToken)
-	api := codeinterp.New(codeinterp.Options{Kernels: kernels, Auth: auth, Traffic: counter})
-	srv := endpoint.New(endpoint.Config{Auth: auth, Streams: streams, Traffic: counter, Kernels: kernels})
-	for _, p := range api.Patterns() {
-		srv.Mount(p, api)
-	}
-	hs := endpointtest.Serve(t, srv.Handler(), srv.Shutdown, func() {
+	gen := new(atomic.Uint64)
+	cuts := surface.NewCuts(gen.Load)
+	api := codeinterp.New(codeinterp.Options{Kernels: kernels, Cuts: cuts})
+	kit := surface.New(surface.Options{Auth: surface.NewAuth(testToken), Traffic: counter})
+	kit.Mount(endpoint.New(endpoint.Config{Streams: streams, Traffic: counter, Kernels: kernels, Cuts: cuts}).Surface())
+	kit.Mount(api.Surface())
+	hs := surfacetest.Serve(t, kit.Handler(), kit.Shutdown, func() {
 		kernels.Close()
 		streams.Close()
 	})
-	return &agent{url: hs.URL, kernels: kernels, streams: streams, api: api, traffic: counter}
+	return &agent{url: hs.URL, kernels: kernels, streams: streams, api: api, traffic: counter, cuts: cuts, gen: gen}
+}
+
+// resumeTo is a resume's cut as the agent makes it: generation gen is
+// published, then what started before it is cut.
+func (a *agent) resumeTo(ctx context.Context, gen uint64) {
+	a.gen.Store(gen)
+	a.cuts.CutForResume(ctx, gen)
 }
 
 // do sends a request with the access token and returns the response and

@@ -13,7 +13,6 @@ package codeinterp
 import (
 	"context"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,7 +20,7 @@ import (
 
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/stream"
-	"github.com/rayito/rayito-agent/internal/traffic"
+	"github.com/rayito/rayito-agent/internal/surface"
 	"github.com/rayito/rayito-agent/internal/wire"
 )
 
@@ -37,17 +36,13 @@ type Kernels interface {
 	Shutdown(ctx context.Context, id string) error
 }
 
-// Authenticator checks the agent's one token; endpoint.Auth implements it.
-type Authenticator interface {
-	Valid(token string) bool
-}
-
 // Options configure a Server.
 type Options struct {
-	Kernels Kernels       // required
-	Auth    Authenticator // required
-	Traffic *traffic.Counter
-	Logger  *zap.Logger
+	Kernels Kernels // required
+	// Cuts is the agent's registry of what a resume cuts; nil: one of
+	// its own, at generation 0.
+	Cuts   *surface.Cuts
+	Logger *zap.Logger
 }
 
 const (
@@ -65,7 +60,6 @@ type Server struct {
 	h   http.Handler
 
 	mu       sync.Mutex
-	running  map[*execution]struct{}
 	defaults map[string]string // language (not python) -> its default context
 
 	defMu sync.Mutex // one default context start per language at a time
@@ -73,7 +67,10 @@ type Server struct {
 
 // New builds the API.
 func New(o Options) *Server {
-	s := &Server{o: o, log: o.Logger, running: map[*execution]struct{}{}, defaults: map[string]string{}}
+	if o.Cuts == nil {
+		o.Cuts = surface.NewCuts(nil)
+	}
+	s := &Server{o: o, log: o.Logger, defaults: map[string]string{}}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -86,38 +83,25 @@ func New(o Options) *Server {
 	mux.HandleFunc("POST /contexts", s.createContext)
 	mux.HandleFunc("DELETE /contexts/{id}", s.removeContext)
 	mux.HandleFunc("POST /contexts/{id}/restart", s.restartContext)
-	var h http.Handler = mux
-	if o.Traffic != nil {
-		h = traffic.CountHTTP(o.Traffic, h)
-	}
-	s.h = h
+	s.h = mux
 	return s
 }
 
-// Patterns are the net/http patterns to mount the API under.
-func (s *Server) Patterns() []string { return []string{"/execute", "/contexts", "/contexts/"} }
+// Tokens is where the code interpreter's clients put the token: the SDK
+// sends X-Access-Token on /execute only, and E2B-Traffic-Access-Token on
+// every route when its control plane gave it one (a platform that fronts
+// the agent passes the agent's token there); Authorization: Bearer too.
+var Tokens = surface.AnyOf(surface.FromHeader("X-Access-Token", "E2B-Traffic-Access-Token"), surface.FromAuthorization("Bearer"))
 
-// ServeHTTP checks the token and serves the request.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !s.authorized(r) {
-		writeError(w, http.StatusUnauthorized, "missing or wrong access token (send X-Access-Token, E2B-Traffic-Access-Token or Authorization: Bearer)")
-		return
-	}
-	s.h.ServeHTTP(w, r)
-}
-
-// authorized accepts the token in any header a client of this API sends
-// it in: the SDK sends X-Access-Token on /execute only, and
-// E2B-Traffic-Access-Token on every route when its control plane gave it
-// one (a platform that fronts the agent passes the agent's token there).
-func (s *Server) authorized(r *http.Request) bool {
-	for _, name := range []string{"X-Access-Token", "E2B-Traffic-Access-Token"} {
-		if v := r.Header.Get(name); v != "" && s.o.Auth.Valid(v) {
-			return true
-		}
-	}
-	scheme, tok, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	return strings.EqualFold(scheme, "Bearer") && s.o.Auth.Valid(strings.TrimSpace(tok))
+// Surface is the API's routes, /execute and /contexts. On a listener of
+// its own (E2B's SDK addresses port 49999), net/http's plain-text 404
+// answers the rest, as E2B's server does.
+func (s *Server) Surface() surface.Surface {
+	routes := surface.Counted(s.h, "/execute", "/contexts", "/contexts/")
+	return surface.Surface{Name: "codeinterp", Tokens: Tokens, Routes: routes, NotFound: s.h,
+		Refuse: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, http.StatusUnauthorized, "missing or wrong access token (send X-Access-Token, E2B-Traffic-Access-Token or Authorization: Bearer)")
+		}}
 }
 
 // writeError answers in plain text, as E2B's server does: the SDK shows
@@ -131,6 +115,5 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 
 // writeErr answers a manager's error with the status of its code.
 func writeErr(w http.ResponseWriter, err error) {
-	we := wire.AsError(err)
-	writeError(w, wire.HTTPStatus(we.Code), we.Message)
+	writeError(w, surface.Status(err), wire.AsError(err).Message)
 }

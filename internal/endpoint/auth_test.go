@@ -7,15 +7,16 @@ import (
 	"testing"
 )
 
-// protectedRoutes is every route of the agent's own table but /health,
-// so a route added later is checked too.
+// protectedRoutes is every route of the native and host surfaces but
+// /health, so a route added later is checked too.
 func protectedRoutes(a *testAgent) []route {
 	var out []route
-	for path, methods := range a.srv.methods {
-		if path == "/health" {
-			continue
-		}
-		for _, m := range strings.Split(methods, ", ") {
+	for _, sf := range a.surfaces {
+		for _, rt := range sf.Routes {
+			m, path, _ := strings.Cut(rt.Pattern, " ")
+			if path == "/health" {
+				continue
+			}
 			out = append(out, route{m, path})
 		}
 	}
@@ -97,8 +98,7 @@ func TestAuthRefusesNearMisses(t *testing.T) {
 // open (it is how the host sets the token).
 func TestNoTokenOpensNothing(t *testing.T) {
 	t.Parallel()
-	a := newTestAgent(t)
-	a.srv.cfg.Auth = NewAuth("")
+	a := newTestAgentWithToken(t, "")
 	for _, rt := range protectedRoutes(a) {
 		method, path := rt.method, rt.path
 		if path == "/v1/init" {
@@ -115,53 +115,5 @@ func TestNoTokenOpensNothing(t *testing.T) {
 	}
 	if got := a.statusWith(t, "GET", "/health", "", ""); got != http.StatusOK {
 		t.Fatalf("/health: %d", got)
-	}
-}
-
-// WithToken hands the current token to its callback, and nothing when no
-// token is set, so a derived check fails closed.
-func TestAuthWithToken(t *testing.T) {
-	t.Parallel()
-	a := NewAuth("")
-	called := false
-	if a.WithToken(func(string) bool { called = true; return true }) || called {
-		t.Fatal("WithToken ran without a token set")
-	}
-	a.Set("first")
-	a.Set("second")
-	var seen string
-	if !a.WithToken(func(tok string) bool { seen = tok; return true }) || seen != "second" {
-		t.Fatalf("WithToken saw %q, want the current token", seen)
-	}
-	if a.WithToken(func(string) bool { return false }) {
-		t.Fatal("WithToken did not return the callback's answer")
-	}
-}
-
-// TestAuthShownInEveryForm: a connection counts as a known client's
-// whichever surface's form carries the token, and never with a wrong one.
-func TestAuthShownInEveryForm(t *testing.T) {
-	t.Parallel()
-	a := NewAuth("s3cret")
-	forms := []func(r *http.Request, tok string){
-		func(r *http.Request, tok string) { r.Header.Set("Authorization", "Bearer "+tok) },
-		func(r *http.Request, tok string) { r.URL.RawQuery = "access_token=" + tok },
-		func(r *http.Request, tok string) { r.Header.Set("X-Access-Token", tok) },
-		func(r *http.Request, tok string) { r.Header.Set("E2B-Traffic-Access-Token", tok) },
-		func(r *http.Request, tok string) { r.Header.Set("Authorization", "token "+tok) },
-		func(r *http.Request, tok string) { r.URL.RawQuery = "token=" + tok },
-	}
-	for i, form := range forms {
-		for tok, want := range map[string]bool{"s3cret": true, "s3cre": false, "": false} {
-			r, _ := http.NewRequest("GET", "http://agent/x", nil)
-			form(r, tok)
-			if got := a.Shown(r); got != want {
-				t.Errorf("form %d with %q: Shown %v, want %v", i, tok, got, want)
-			}
-		}
-	}
-	r, _ := http.NewRequest("GET", "http://agent/x", nil)
-	if a.Shown(r) {
-		t.Error("a request without a token was shown")
 	}
 }

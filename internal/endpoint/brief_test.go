@@ -1,6 +1,8 @@
 package endpoint
 
 import (
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,13 +15,13 @@ import (
 // without needing one.
 func briefAgent(t *testing.T) (*testAgent, chan struct{}) {
 	streams := stream.NewRegistryWith(stream.Limits{})
-	srv := New(Config{Version: "test", Auth: NewAuth(testToken), Streams: streams})
+	srv := New(Config{Version: "test", Streams: streams})
 	release := make(chan struct{})
 	srv.ops["test_block"] = op{brief: true, fn: func(c *call) (any, error) {
 		<-release
 		return map[string]any{"released": true}, nil
 	}}
-	hs := serveTest(t, srv, streams.Close)
+	hs := serveNative(t, srv, streams.Close)
 	return &testAgent{srv: srv, http: hs, streams: streams, url: "ws" + hs.URL[len("http"):]}, release
 }
 
@@ -117,4 +119,40 @@ func TestBlockedBriefOpDoesNotHoldItsSession(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestIdleConnectionsStartNoOrderedWorker: a connection gets the worker
+// of ordered ops (execute) with its first such op, so hundreds of idle
+// connections do not each keep an idle goroutine and its stack.
+func TestIdleConnectionsStartNoOrderedWorker(t *testing.T) {
+	a := newTestAgent(t)
+	before := goroutinesIn("(*Session).orderedLoop")
+	conns := make([]*rawConn, 5)
+	for i := range conns {
+		conns[i] = a.dial(t)
+		conns[i].call(map[string]any{"op": "list"})
+	}
+	if n := goroutinesIn("(*Session).orderedLoop"); n > before {
+		t.Fatalf("%d ordered workers after 5 idle connections, %d before", n, before)
+	}
+	// An ordered op starts it (and still gets its answer).
+	resp := conns[0].call(map[string]any{"op": "execute", "code": "1", "kernel": "k999"})
+	if code := errorCode(resp); code != "not_found" {
+		t.Fatalf("execute on an unknown kernel: %v", resp)
+	}
+	if goroutinesIn("(*Session).orderedLoop") == 0 {
+		t.Fatal("no ordered worker after an execute")
+	}
+}
+
+// goroutinesIn counts the goroutines whose stack holds fn.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<22)
+	n := 0
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, fn) {
+			n++
+		}
+	}
+	return n
 }

@@ -295,8 +295,7 @@ func TestHTTPErrorsAreJSON(t *testing.T) {
 // token, one wins; the others are later calls and need its token.
 func TestFirstInitSetsTheTokenOnce(t *testing.T) {
 	for round := 0; round < 20; round++ {
-		a := newTestAgent(t)
-		a.srv.cfg.Auth = NewAuth("")
+		a := newTestAgentWithToken(t, "")
 		const n = 16
 		statuses := make([]int, n)
 		var wg sync.WaitGroup

@@ -2,8 +2,8 @@ package endpoint
 
 import (
 	"errors"
-	"io"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"path"
 	"strconv"
@@ -12,15 +12,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rayito/rayito-agent/internal/files"
-	"github.com/rayito/rayito-agent/internal/traffic"
+	"github.com/rayito/rayito-agent/internal/surface"
 	"github.com/rayito/rayito-agent/internal/wire"
 )
-
-// countHTTP counts a route's bodies as traffic: a transfer keeps the
-// sandbox awake like websocket traffic does.
-func (s *Server) countHTTP(h http.HandlerFunc) http.HandlerFunc {
-	return traffic.CountHTTP(s.cfg.Traffic, h).ServeHTTP
-}
 
 // fileQuery reads a files route's query, refusing parameters the route
 // does not take (as ops refuse unknown fields).
@@ -45,31 +39,7 @@ func fileQuery(r *http.Request, allowed ...string) (map[string]string, *wire.Err
 	return q, nil
 }
 
-// httpStatus is the HTTP status of a protocol error code.
-func httpStatus(code wire.Code) int {
-	switch code {
-	case wire.CodeBadRequest:
-		return http.StatusBadRequest
-	case wire.CodeNotFound:
-		return http.StatusNotFound
-	case wire.CodePermissionDenied:
-		return http.StatusForbidden
-	case wire.CodeConflict:
-		return http.StatusConflict
-	case wire.CodeLimit:
-		return http.StatusInsufficientStorage
-	case wire.CodeUnsupported:
-		return http.StatusNotImplemented
-	case wire.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
-
-func writeFileError(w http.ResponseWriter, err error) {
-	e := protocolError(err)
-	writeError(w, httpStatus(e.Code), e)
-}
+func writeFileError(w http.ResponseWriter, err error) { surface.WriteErr(w, err) }
 
 func (s *Server) filesReady(w http.ResponseWriter) bool {
 	if s.cfg.Files == nil {
@@ -87,7 +57,7 @@ func (s *Server) handleFileGet(w http.ResponseWriter, r *http.Request) {
 	}
 	q, qerr := fileQuery(r, "path", "user", "format")
 	if qerr != nil {
-		writeError(w, httpStatus(qerr.Code), qerr)
+		writeError(w, surface.Status(qerr), qerr)
 		return
 	}
 	if q["path"] == "" {
@@ -189,40 +159,26 @@ func (s *Server) handleFilePut(w http.ResponseWriter, r *http.Request) {
 		qerr = oerr
 	}
 	if qerr != nil {
-		writeError(w, httpStatus(qerr.Code), qerr)
+		writeError(w, surface.Status(qerr), qerr)
 		return
 	}
-	fw, err := s.cfg.Files.Create(q["user"], q["path"], o)
+	up := s.cfg.Files.Stage(q["user"], o)
+	defer up.Abort()
+	if err := up.Add(q["path"], r.Body); err != nil {
+		writeFileError(w, err)
+		return
+	}
+	committed, err := up.Commit()
 	if err != nil {
 		writeFileError(w, err)
 		return
 	}
-	if err := receiveBody(fw, r.Body); err != nil {
-		fw.Abort()
-		writeFileError(w, err)
-		return
-	}
-	c, err := fw.Commit()
-	if err != nil {
-		writeFileError(w, err)
-		return
-	}
+	c := committed[0]
 	status := http.StatusOK
 	if c.Created {
 		status = http.StatusCreated
 	}
 	writeJSON(w, status, fileWritten{Path: c.Path, Size: c.Size, SHA256: c.SHA256})
-}
-
-// receiveBody copies a body into a writer; a body that fails to arrive is
-// the client's problem (bad_request), a write that fails is the file's.
-func receiveBody(fw *files.Writer, body io.Reader) error {
-	_, err := io.Copy(fw, body)
-	var fe *files.Error
-	if err != nil && !errors.As(err, &fe) {
-		return wire.Errorf(wire.CodeBadRequest, "reading the request body: %v", err)
-	}
-	return err
 }
 
 // handleFilePost writes each file part of a multipart body to the path its
@@ -239,7 +195,7 @@ func (s *Server) handleFilePost(w http.ResponseWriter, r *http.Request) {
 		qerr = oerr
 	}
 	if qerr != nil {
-		writeError(w, httpStatus(qerr.Code), qerr)
+		writeError(w, surface.Status(qerr), qerr)
 		return
 	}
 	mr, err := r.MultipartReader()
@@ -247,41 +203,24 @@ func (s *Server) handleFilePost(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "POST /v1/files takes multipart/form-data: %v", err))
 		return
 	}
-	var staged files.Batch
-	defer staged.Abort()
-	for n := 1; ; n++ {
-		part, err := mr.NextPart()
-		if err == io.EOF {
-			break
+	up := s.cfg.Files.Stage(q["user"], o)
+	defer up.Abort()
+	err = up.Multipart(mr, func(n int, part *multipart.Part) (string, bool, error) {
+		name := files.PartFilename(part)
+		switch {
+		case name == "":
+			return "", false, wire.Errorf(wire.CodeBadRequest, "part %d (%q) has no filename: each part's filename is its target path", n, part.FormName())
+		case q["path"] == "":
+			return name, true, nil
 		}
-		if err != nil {
-			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "reading part %d: %v", n, err))
-			return
-		}
-		name := partFilename(part.Header.Get("Content-Disposition"))
-		if name == "" {
-			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "part %d (%q) has no filename: each part's filename is its target path", n, part.FormName()))
-			return
-		}
-		target := name
-		if base := q["path"]; base != "" {
-			target = path.Join(base, name)
-		}
-		fw, err := s.cfg.Files.Create(q["user"], target, o)
-		if err != nil {
-			writeFileError(w, err)
-			return
-		}
-		if err := staged.Add(fw); err != nil {
-			writeFileError(w, err)
-			return
-		}
-		if err := receiveBody(fw, part); err != nil {
-			writeFileError(w, err)
-			return
-		}
+		target, err := files.Within(q["path"], name)
+		return target, err == nil, err
+	})
+	if err != nil {
+		writeFileError(w, err)
+		return
 	}
-	committed, err := staged.Commit()
+	committed, err := up.Commit()
 	if err != nil {
 		writeFileError(w, err)
 		return
@@ -295,14 +234,4 @@ func (s *Server) handleFilePost(w http.ResponseWriter, r *http.Request) {
 		out = append(out, fileWritten{Path: c.Path, Size: c.Size, SHA256: c.SHA256})
 	}
 	writeJSON(w, status, map[string]any{"files": out})
-}
-
-// partFilename is a part's filename as sent: multipart.Part.FileName keeps
-// only its last element, and here it is a path.
-func partFilename(disposition string) string {
-	_, params, err := mime.ParseMediaType(disposition)
-	if err != nil {
-		return ""
-	}
-	return params["filename"]
 }

@@ -339,7 +339,7 @@ func TestFilesHTTPTooManyParts(t *testing.T) {
 	}
 	mw.Close()
 	resp, b := a.fileRequest(t, "POST", url.Values{"path": {dir}}, &body, "Content-Type", mw.FormDataContentType())
-	if resp.StatusCode != http.StatusInsufficientStorage || httpErrorCode(b) != "limit" || !strings.Contains(string(b), "more than 1000 files") {
+	if resp.StatusCode != http.StatusTooManyRequests || httpErrorCode(b) != "limit" || !strings.Contains(string(b), "more than 1000 files") {
 		t.Fatalf("%d parts: %d %s", files.MaxBatch+1, resp.StatusCode, b)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/wire"
 	"golang.org/x/sys/unix"
 )
@@ -297,7 +296,7 @@ func TestFileWriteTakeOver(t *testing.T) {
 // TestFileWriteFlood: a client that ignores the window either gets lucky
 // (the agent kept up) or gets limit, and then the file is untouched; the
 // file is never partly written. Whether the agent keeps up depends on the
-// machine, so TestFileErrorCodes checks the limit code itself.
+// machine, so files.TestErrorCodes checks the limit code itself.
 func TestFileWriteFlood(t *testing.T) {
 	a := newTestAgent(t)
 	rc := a.dial(t)
@@ -330,36 +329,6 @@ func TestFileWriteFlood(t *testing.T) {
 			}
 			return
 		}
-	}
-}
-
-// TestFileErrorCodes: every files error kind has its protocol code and
-// HTTP status.
-func TestFileErrorCodes(t *testing.T) {
-	cases := []struct {
-		kind   error
-		code   wire.Code
-		status int
-	}{
-		{files.ErrNotFound, wire.CodeNotFound, 404},
-		{files.ErrPermission, wire.CodePermissionDenied, 403},
-		{files.ErrExists, wire.CodeConflict, 409},
-		{files.ErrNotEmpty, wire.CodeConflict, 409},
-		{files.ErrWindow, wire.CodeLimit, 507},
-		{files.ErrNoSpace, wire.CodeLimit, 507},
-		{files.ErrIsDir, wire.CodeBadRequest, 400},
-		{files.ErrUnsupported, wire.CodeBadRequest, 400},
-		{files.ErrIO, wire.CodeInternal, 500},
-	}
-	for _, c := range cases {
-		err := &files.Error{Op: "op", Path: "/p", Kind: c.kind}
-		e := protocolError(err)
-		if e.Code != c.code || httpStatus(e.Code) != c.status || e.Message != err.Error() {
-			t.Errorf("%v: %+v, status %d", c.kind, e, httpStatus(e.Code))
-		}
-	}
-	if e := protocolError(wire.Errorf(wire.CodeConflict, "x")); e.Code != wire.CodeConflict {
-		t.Fatalf("a protocol error is kept: %+v", e)
 	}
 }
 

@@ -11,13 +11,15 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/rayito/rayito-agent/internal/endpoint/endpointtest"
 	"github.com/rayito/rayito-agent/internal/files"
+	"github.com/rayito/rayito-agent/internal/hostapi"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/surface"
+	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
 	"github.com/rayito/rayito-agent/internal/traffic"
 	"github.com/rayito/rayito-agent/internal/watch"
 	"github.com/rayito/rayito-agent/internal/wire"
@@ -43,6 +45,9 @@ func testReaper(t testing.TB) *proc.Reaper {
 
 type testAgent struct {
 	srv      *Server
+	kit      *surface.Server
+	auth     *surface.Auth
+	surfaces []surface.Surface
 	http     *httptest.Server
 	streams  *stream.Registry
 	traffic  *traffic.Counter
@@ -57,29 +62,48 @@ func newTestAgent(t testing.TB, limits ...stream.Limits) *testAgent {
 	return newTestAgentWith(t, traffic.NewCounter(), limits...)
 }
 
+// newTestAgentWithToken serves an agent whose token is token; "" makes
+// one without a token (the first /v1/init may then set one).
+func newTestAgentWithToken(t testing.TB, token string) *testAgent {
+	return buildTestAgent(t, traffic.NewCounter(), token, stream.Limits{})
+}
+
 // newTestAgentWith builds an agent around counter (one on a settable clock,
 // for tests of idleness).
 func newTestAgentWith(t testing.TB, counter *traffic.Counter, limits ...stream.Limits) *testAgent {
-	streams := stream.NewRegistryWith(append(limits, stream.Limits{})[0])
+	return buildTestAgent(t, counter, testToken, append(limits, stream.Limits{})[0])
+}
+
+func buildTestAgent(t testing.TB, counter *traffic.Counter, token string, limits stream.Limits) *testAgent {
+	streams := stream.NewRegistryWith(limits)
 	defaults := &proc.Defaults{}
 	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
-	var srv *Server
-	resumer, err := resume.New(resume.Options{Sessions: cutter{&srv}, SetClock: func(time.Time) error { return nil }, OnResume: counter.Resumed})
+	var resumer *resume.Manager
+	cuts := surface.NewCuts(func() uint64 { return resumer.Generation() })
+	resumer, err := resume.New(resume.Options{Sessions: cuts, SetClock: func(time.Time) error { return nil }, OnResume: counter.Resumed})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
 	watches := watch.NewManager(streams, nil)
 	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: testReaper(t), Defaults: defaults})
-	fm, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir(),
-		EndCode: func(err error) string { return string(FileErrorCode(err)) }})
+	fm, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv = New(Config{Version: "test", Auth: NewAuth(testToken), Streams: streams, Traffic: counter, Procs: procs,
-		PTYs: ptys, Watches: watches, Kernels: kernels, Files: fm,
-		Resume: resumer, Defaults: defaults, SetClock: func(time.Time) error { return nil }})
-	hs := serveTest(t, srv, func() {
+	srv := New(Config{Version: "test", Streams: streams, Traffic: counter, Procs: procs,
+		PTYs: ptys, Watches: watches, Kernels: kernels, Files: fm, Cuts: cuts})
+	auth := surface.NewAuth(token)
+	kit := surface.New(surface.Options{Auth: auth, Traffic: counter})
+	surfaces := []surface.Surface{
+		hostapi.New(hostapi.Config{Version: "test", Auth: auth, Streams: streams, Traffic: counter, Resume: resumer,
+			Defaults: defaults, SetClock: func(time.Time) error { return nil }, Conns: kit.Conns}).Surface(),
+		srv.Surface(),
+	}
+	for _, sf := range surfaces {
+		kit.Mount(sf)
+	}
+	hs := surfacetest.Serve(t, kit.Handler(), kit.Shutdown, func() {
 		kernels.Close()
 		ptys.Close()
 		watches.Close()
@@ -88,19 +112,17 @@ func newTestAgentWith(t testing.TB, counter *traffic.Counter, limits ...stream.L
 		streams.Close()
 		counter.Close()
 	})
-	return &testAgent{srv: srv, http: hs, streams: streams, traffic: counter, defaults: defaults, resume: resumer, url: "ws" + hs.URL[len("http"):]}
+	return &testAgent{srv: srv, kit: kit, auth: auth, surfaces: surfaces, http: hs, streams: streams, traffic: counter, defaults: defaults, resume: resumer, url: "ws" + hs.URL[len("http"):]}
 }
 
-// serveTest serves srv on a test HTTP server; at cleanup it shuts srv
-// down, then closes what it serves.
-func serveTest(t testing.TB, srv *Server, closeAll func()) *httptest.Server {
-	return endpointtest.Serve(t, srv.Handler(), srv.Shutdown, closeAll)
+// serveNative serves the native surface of srv alone, with the test
+// token, on a test HTTP server; at cleanup it shuts it down, then runs
+// closeAll.
+func serveNative(t testing.TB, srv *Server, closeAll func()) *httptest.Server {
+	kit := surface.New(surface.Options{Auth: surface.NewAuth(testToken)})
+	kit.Mount(srv.Surface())
+	return surfacetest.Serve(t, kit.Handler(), kit.Shutdown, closeAll)
 }
-
-// cutter lets the resume manager reach a server built after it.
-type cutter struct{ srv **Server }
-
-func (c cutter) CutForResume(ctx context.Context, gen uint64) { (*c.srv).CutForResume(ctx, gen) }
 
 // rawConn is a bare websocket client that speaks frames, for testing the
 // endpoint without the SDK.

@@ -177,8 +177,7 @@ func TestInit(t *testing.T) {
 }
 
 func TestInitSetsFirstToken(t *testing.T) {
-	a := newTestAgent(t)
-	a.srv.cfg.Auth = NewAuth("")
+	a := newTestAgentWithToken(t, "")
 	if status, _ := a.post(t, "/v1/init", "", `{"access_token": "first"}`); status != 200 {
 		t.Fatalf("first init: %d", status)
 	}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rayito/rayito-agent/internal/hostapi"
 )
 
 // TestOnlyFirstInitIsOpen: without a token, the first /v1/init needs
@@ -18,8 +20,7 @@ import (
 // nobody can inject environment into later processes.
 func TestOnlyFirstInitIsOpen(t *testing.T) {
 	t.Parallel()
-	a := newTestAgent(t)
-	a.srv.cfg.Auth = NewAuth("")
+	a := newTestAgentWithToken(t, "")
 	// A refused first call (bad body) does not use the open call up.
 	if status, _ := a.post(t, "/v1/init", "", `{"default_cwd": "/no/such/dir"}`); status != http.StatusBadRequest {
 		t.Fatalf("bad first init: %d", status)
@@ -31,7 +32,7 @@ func TestOnlyFirstInitIsOpen(t *testing.T) {
 	if status != http.StatusUnauthorized || m["error"] == nil {
 		t.Fatalf("second init without a token after a first that set none: %d %v", status, m)
 	}
-	a.srv.cfg.Auth.Set(testToken)
+	a.auth.Set(testToken)
 	rc := a.dial(t)
 	id := resultStream(t, rc.call(map[string]any{"op": "exec", "argv": []string{"sh", "-c", "echo ${INJECTED-none}; pwd"}}))
 	if out, _ := rc.collect(id); string(out["stdout"]) != "none\n/tmp\n" {
@@ -44,8 +45,7 @@ func TestOnlyFirstInitIsOpen(t *testing.T) {
 // and the slow one is cut off at its body deadline without effect.
 func TestSlowInitBodyBlocksNobody(t *testing.T) {
 	t.Parallel()
-	a := newTestAgent(t)
-	a.srv.cfg.Auth = NewAuth("")
+	a := newTestAgentWithToken(t, "")
 	// The agent's handler, behind a door that says when an init started
 	// reading its body: past its token check, which the host's init
 	// would otherwise make fail (and then net/http, not the agent, would
@@ -56,7 +56,7 @@ func TestSlowInitBodyBlocksNobody(t *testing.T) {
 		if r.URL.Path == "/v1/init" {
 			r.Body = &firstRead{ReadCloser: r.Body, done: entered}
 		}
-		a.srv.Handler().ServeHTTP(w, r)
+		a.kit.Handler().ServeHTTP(w, r)
 	}))
 	defer hs.Close()
 	a.http = hs
@@ -81,7 +81,7 @@ func TestSlowInitBodyBlocksNobody(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("host's init: %d", resp.StatusCode)
 	}
-	slow.SetReadDeadline(time.Now().Add(hostBodyTimeout + 20*time.Second))
+	slow.SetReadDeadline(time.Now().Add(hostapi.BodyTimeout + 20*time.Second))
 	sr, err := http.ReadResponse(bufio.NewReader(slow), nil)
 	if err != nil {
 		t.Fatalf("the slow request got no answer: %v", err)

@@ -144,7 +144,7 @@ func (ss *Session) orderedLoop() {
 func (ss *Session) respond(c *call, o op) {
 	result, err := o.fn(c)
 	if err != nil {
-		ss.sendControl(wire.ErrorResponse(c.req.ID, protocolError(err)))
+		ss.sendControl(wire.ErrorResponse(c.req.ID, wire.AsError(err)))
 		return
 	}
 	b, err := wire.Response(c.req.ID, result)

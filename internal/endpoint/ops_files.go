@@ -311,7 +311,7 @@ func (s *Server) opFileWrite(c *call) (any, error) {
 // connection sent it (an upload).
 func (ss *Session) sessionInput(st *stream.Stream, in SessionInput, payload []byte) {
 	if err := in.WriteInputFrom(ss, payload); err != nil {
-		ss.sendError(protocolError(err), st.ID)
+		ss.sendError(wire.AsError(err), st.ID)
 	}
 }
 
@@ -321,47 +321,4 @@ func (ss *Session) takeOver(st *stream.Stream, result map[string]any) {
 	if t, ok := st.Control.(InputTakeOver); ok && st.Ended() == nil {
 		result["received"], result["written"] = t.TakeOver(ss)
 	}
-}
-
-// protocolError maps an error to its protocol code: files errors by their
-// kind, anything else as wire.AsError does.
-func protocolError(err error) *wire.Error {
-	var fe *files.Error
-	if !errors.As(err, &fe) {
-		return wire.AsError(err)
-	}
-	return &wire.Error{Code: FileErrorCode(err), Message: err.Error()}
-}
-
-// FileErrorCode is the protocol code of a files error (wire.CodeInternal
-// for anything else); it also names the error in a transfer's end.
-func FileErrorCode(err error) wire.Code {
-	for _, k := range []struct {
-		kind error
-		code wire.Code
-	}{
-		{files.ErrNotFound, wire.CodeNotFound},
-		{files.ErrPermission, wire.CodePermissionDenied},
-		{files.ErrExists, wire.CodeConflict},
-		{files.ErrNotEmpty, wire.CodeConflict},
-		{files.ErrNotOwner, wire.CodeConflict},
-		{files.ErrInputClosed, wire.CodeConflict},
-		{files.ErrChanged, wire.CodeConflict},
-		{files.ErrNoSpace, wire.CodeLimit},
-		{files.ErrTooMany, wire.CodeLimit},
-		{files.ErrWindow, wire.CodeLimit},
-		{files.ErrIsDir, wire.CodeBadRequest},
-		{files.ErrNotDir, wire.CodeBadRequest},
-		{files.ErrNotRegular, wire.CodeBadRequest},
-		{files.ErrInvalid, wire.CodeBadRequest},
-		{files.ErrUnknownUser, wire.CodeBadRequest},
-		{files.ErrUnsupported, wire.CodeBadRequest},
-		{files.ErrAbandoned, wire.CodeUnavailable},
-		{files.ErrClosed, wire.CodeUnavailable},
-	} {
-		if errors.Is(err, k.kind) {
-			return k.code
-		}
-	}
-	return wire.CodeInternal
 }

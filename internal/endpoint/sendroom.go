@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rayito/rayito-agent/internal/surface"
 	"github.com/rayito/rayito-agent/internal/wire"
 )
 
@@ -45,6 +46,6 @@ func (h *hijackCapture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // socketRoom reports whether a frame of deliver's (at most directLimit
 // bytes and a header) written to sock now cannot block.
 func socketRoom(sock syscall.RawConn) bool {
-	queued, ok := socketCount(sock, unix.SIOCOUTQ)
+	queued, ok := surface.SocketCount(sock, unix.SIOCOUTQ)
 	return ok && queued+directLimit+wire.MaxDataHeader <= directRoom
 }

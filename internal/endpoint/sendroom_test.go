@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rayito/rayito-agent/internal/surface"
 )
 
 // TestSocketRoom: a socket whose peer stopped reading has no room for a
@@ -29,9 +31,9 @@ func TestSocketRoom(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	sock := rawSocket(c)
-	if rawSocket(&conn{Conn: c}) == nil {
-		t.Fatal("no socket found under the connection limiter's wrapper")
+	sock := surface.RawSocket(c)
+	if surface.RawSocket(wrapped{c}) == nil {
+		t.Fatal("no socket found under a wrapper that gives its NetConn")
 	}
 	if !socketRoom(sock) {
 		t.Fatal("an idle connection's socket has no room")
@@ -63,7 +65,23 @@ func TestSocketRoom(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if socketRoom(rawSocket(nil)) {
+	if socketRoom(surface.RawSocket(nil)) {
 		t.Fatal("a connection without a socket has room")
 	}
 }
+
+// wrapped hides its connection's socket but gives it through NetConn, as
+// the connection limiter's wrapper does.
+type wrapped struct{ c net.Conn }
+
+func (w wrapped) NetConn() net.Conn { return w.c }
+
+// The rest of net.Conn is not needed: RawSocket looks for NetConn first.
+func (w wrapped) Read(p []byte) (int, error)         { return w.c.Read(p) }
+func (w wrapped) Write(p []byte) (int, error)        { return w.c.Write(p) }
+func (w wrapped) Close() error                       { return w.c.Close() }
+func (w wrapped) LocalAddr() net.Addr                { return w.c.LocalAddr() }
+func (w wrapped) RemoteAddr() net.Addr               { return w.c.RemoteAddr() }
+func (w wrapped) SetDeadline(t time.Time) error      { return w.c.SetDeadline(t) }
+func (w wrapped) SetReadDeadline(t time.Time) error  { return w.c.SetReadDeadline(t) }
+func (w wrapped) SetWriteDeadline(t time.Time) error { return w.c.SetWriteDeadline(t) }

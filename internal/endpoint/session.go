@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 	"go.uber.org/zap"
 
+	"github.com/rayito/rayito-agent/internal/surface"
 	"github.com/rayito/rayito-agent/internal/wire"
 )
 
@@ -67,6 +68,7 @@ type Session struct {
 	closeWhy   string
 	pumps      sync.WaitGroup
 	generation uint64 // resume generation when the session opened
+	untrack    func() // leaves the resume cut's registry
 	cutting    bool   // a resume is closing the session: no new attachments
 	closed     bool   // the connection is gone: no new attachments
 }
@@ -102,7 +104,7 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 	conn.SetReadLimit(wire.MaxMessage)
 	ctx, cancel := context.WithCancel(context.Background())
 	ss := &Session{
-		srv: s, conn: conn, sock: rawSocket(hc.conn), log: s.log, ctx: ctx, cancel: cancel,
+		srv: s, conn: conn, sock: surface.RawSocket(hc.conn), log: s.log, ctx: ctx, cancel: cancel,
 		ctrl: make(chan outFrame, controlQueue), data: make(chan outFrame, dataQueue),
 		sem: make(chan struct{}, maxInflightOps), ordered: make(chan func(), maxInflightOps),
 		atts: make(map[uint64]*attachment), writerDone: make(chan struct{}),
@@ -115,12 +117,12 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 		conn.Close(closeGoingAway, "agent shutting down")
 		return
 	}
-	// Read with the session registered: a resume publishes its generation
-	// before it lists sessions, so this one is either cut or already new.
-	ss.generation = s.generation()
 	s.sessions[ss] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
+	// The generation is read as the session is registered for the cut:
+	// it is either cut by a resume or opened under its generation.
+	ss.generation, ss.untrack = s.cfg.Cuts.Track(surface.CutFunc(ss.resumeCut))
 	s.cfg.Traffic.ConnOpened()
 	ss.run()
 }
@@ -154,6 +156,7 @@ func (ss *Session) finish() {
 	ss.closed = true
 	ss.mu.Unlock()
 	ss.pumps.Wait()
+	ss.untrack()
 	s := ss.srv
 	s.cfg.Traffic.ConnClosed()
 	s.mu.Lock()

@@ -6,17 +6,13 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/rayito/rayito-agent/internal/surface"
 )
 
-// Tokens is the agent's one access token; endpoint.Auth implements it.
-type Tokens interface {
-	IsSet() bool
-	Valid(token string) bool
-	WithToken(f func(token string) bool) bool
-}
-
-// tokenHeader is where the e2b SDK sends the token (never as a bearer).
-const tokenHeader = "X-Access-Token"
+// Tokens is where the e2b SDK sends the token: X-Access-Token, never as
+// a bearer (its Authorization header names the user).
+var Tokens = surface.FromHeader("X-Access-Token")
 
 var (
 	errNoToken      = errors.New("missing access token: send it in the X-Access-Token header")
@@ -25,35 +21,47 @@ var (
 	errBadBasicUser = errors.New("the Authorization header must be Basic base64(\"user:\")")
 )
 
-// authorize decides whether a request may use the API. In open mode every
-// request may; otherwise the agent's token must come in X-Access-Token,
-// or, where signed is set (/files), as a valid URL signature instead.
-func (s *Server) authorize(r *http.Request, signed bool) error {
-	if s.cfg.Open {
-		return nil
+// refuse answers a request without the token in envd's terms: /files in
+// its JSON shape, the RPCs with HTTP 401 and a Connect error body (unary
+// clients read the body, stream clients the status, and both get
+// unauthenticated).
+func refuse(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, surface.ErrNoToken):
+		err = errNoToken
+	case errors.Is(err, surface.ErrWrongToken):
+		err = errWrongToken
+	case errors.Is(err, surface.ErrNoTokenSet):
+		err = errNoTokenSet
 	}
-	if !s.cfg.Auth.IsSet() {
-		return errNoTokenSet
+	if r.URL.Path == "/files" {
+		writeFilesError(w, http.StatusUnauthorized, err.Error())
+		return
 	}
-	if tok := r.Header.Get(tokenHeader); tok != "" {
-		if s.cfg.Auth.Valid(tok) {
-			return nil
-		}
-		return errWrongToken
-	}
+	writeUnauthenticated(w, err)
+}
+
+// signedURL lets a /files request in without the token when its URL is
+// signed with it (the e2b SDK's download and upload URLs).
+func (s *Server) signedURL(r *http.Request) error {
 	q := r.URL.Query()
-	if !signed || !q.Has("signature") {
-		return errNoToken
+	if !q.Has("signature") {
+		return surface.ErrNoToken
 	}
 	op := opRead
 	if r.Method == http.MethodPost {
 		op = opWrite
 	}
 	var err error
-	s.cfg.Auth.WithToken(func(token string) bool {
+	if s.cfg.Auth.WithToken(func(token string) bool {
 		err = checkSignature(token, q.Get("path"), op, q.Get("username"), q.Get("signature"), q.Get("signature_expiration"), time.Now())
 		return err == nil
-	})
+	}) {
+		return nil
+	}
+	if err == nil {
+		err = surface.ErrNoTokenSet // nothing to check the signature against
+	}
 	return err
 }
 

@@ -13,7 +13,6 @@ import (
 // snapshot cannot hold it. Calls without hooks (unary calls, file
 // transfers) are left to finish.
 type call struct {
-	gen  uint64 // resume generation when the request came
 	rc   *http.ResponseController
 	done chan struct{} // closed when the handler has returned
 
@@ -59,6 +58,28 @@ func (c *call) cutBy() uint64 {
 	return c.cutGen
 }
 
+// cutBound bounds a cut when the resume sequence gives no deadline.
+const cutBound = 2 * time.Second
+
+// Cut is the resume cut (surface.Cuttable): a call that holds a stream
+// ends it with the Connect error unavailable, after the output written
+// before the cut, and Cut returns when its handler has; its writes to a
+// connection that stopped reading fail at ctx's deadline. Unary calls
+// and file transfers are left to finish.
+func (c *call) Cut(ctx context.Context, gen uint64) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(cutBound)
+	}
+	if !c.cut(gen, deadline) {
+		return
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+	}
+}
+
 // cut marks the call cut by generation gen and, if it holds a stream,
 // bounds its writes by deadline and runs its hooks; it reports whether it
 // did. Only the first cut counts.
@@ -87,42 +108,4 @@ func (c *call) bound(deadline time.Time) {
 	if c.rc != nil {
 		c.rc.SetWriteDeadline(deadline)
 	}
-}
-
-// calls are the requests in flight.
-type calls struct {
-	mu  sync.Mutex
-	set map[*call]struct{}
-}
-
-// add registers c in the generation gen returns. The generation is read
-// under the lock before reads, so a call either is seen by a cut or
-// started after the generation the cut is for.
-func (cs *calls) add(c *call, gen func() uint64) {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if cs.set == nil {
-		cs.set = make(map[*call]struct{})
-	}
-	c.gen = gen()
-	cs.set[c] = struct{}{}
-}
-
-func (cs *calls) remove(c *call) {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	delete(cs.set, c)
-}
-
-// before returns the calls that came before generation gen.
-func (cs *calls) before(gen uint64) []*call {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	var out []*call
-	for c := range cs.set {
-		if c.gen < gen {
-			out = append(out, c)
-		}
-	}
-	return out
 }

@@ -3,7 +3,6 @@ package envdapi
 import (
 	"compress/gzip"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -13,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/rayito/rayito-agent/internal/files"
+	"github.com/rayito/rayito-agent/internal/surface"
+	"github.com/rayito/rayito-agent/internal/wire"
 )
 
 // handleFiles is envd's file transfer route: GET (and HEAD) downloads a
@@ -93,28 +94,49 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer body.Close()
-	u := uploader{s: s, user: q.Get("username"), metadata: metadataHeaders(r.Header)}
-	defer u.abort()
+	metadata := metadataHeaders(r.Header)
+	up := s.cfg.Files.Stage(q.Get("username"), files.WriteOptions{Parents: true, Metadata: metadata,
+		NoHash: true}) // envd answers no checksum
+	defer up.Abort()
 	media, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch {
 	case media == "application/octet-stream":
 		if q.Get("path") == "" {
-			err = &statusError{http.StatusBadRequest, errors.New("an application/octet-stream upload needs the path query parameter")}
+			err = wire.Errorf(wire.CodeBadRequest, "an application/octet-stream upload needs the path query parameter")
 		} else {
-			err = u.file(q.Get("path"), body)
+			err = up.Add(q.Get("path"), body)
 		}
 	case strings.HasPrefix(media, "multipart/") && params["boundary"] != "":
-		err = u.multipart(q.Get("path"), multipart.NewReader(body, params["boundary"]))
+		// Every part named "file" goes to ?path= when given, else to the
+		// path its filename names; other form fields are skipped, as envd
+		// does.
+		err = up.Multipart(multipart.NewReader(body, params["boundary"]), func(n int, part *multipart.Part) (string, bool, error) {
+			if part.FormName() != "file" {
+				return "", false, nil
+			}
+			target := q.Get("path")
+			if target == "" {
+				target = files.PartFilename(part)
+			}
+			if target == "" {
+				return "", false, wire.Errorf(wire.CodeBadRequest, "part %d has no filename and the request no path: one of them names the file", n)
+			}
+			return target, true, nil
+		})
 	default:
-		err = &statusError{http.StatusBadRequest, fmt.Errorf("unsupported Content-Type %q: send multipart/form-data or application/octet-stream", r.Header.Get("Content-Type"))}
+		err = wire.Errorf(wire.CodeBadRequest, "unsupported Content-Type %q: send multipart/form-data or application/octet-stream", r.Header.Get("Content-Type"))
 	}
-	var out []writtenFile
+	var committed []files.Committed
 	if err == nil {
-		out, err = u.commit()
+		committed, err = up.Commit()
 	}
 	if err != nil {
 		writeFileStatus(w, err)
 		return
+	}
+	out := make([]writtenFile, 0, len(committed))
+	for _, c := range committed {
+		out = append(out, writtenFile{Name: filepath.Base(c.Path), Path: c.Path, Type: "file", Metadata: metadata})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
@@ -138,129 +160,10 @@ func decodedBody(r *http.Request) (io.ReadCloser, error) {
 	}
 }
 
-// uploader holds the files of one upload until they are committed.
-type uploader struct {
-	s        *Server
-	user     string
-	metadata map[string]string
-	staged   files.Batch
-}
-
-// multipart stages every part named "file"; other form fields are
-// skipped, as envd does.
-func (u *uploader) multipart(path string, mr *multipart.Reader) error {
-	for n := 1; ; n++ {
-		part, err := mr.NextPart()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return &statusError{http.StatusBadRequest, fmt.Errorf("reading part %d of the multipart body: %v", n, err)}
-		}
-		if part.FormName() != "file" {
-			continue
-		}
-		target := path
-		if target == "" {
-			target = partFilename(part.Header.Get("Content-Disposition"))
-		}
-		if target == "" {
-			return &statusError{http.StatusBadRequest, fmt.Errorf("part %d has no filename and the request no path: one of them names the file", n)}
-		}
-		if err := u.file(target, part); err != nil {
-			return err
-		}
-	}
-}
-
-// file stages one file with the content r yields.
-func (u *uploader) file(path string, r io.Reader) error {
-	fw, err := u.s.cfg.Files.Create(u.user, path, files.WriteOptions{Parents: true, Metadata: u.metadata,
-		NoHash: true}) // envd answers no checksum
-	if err != nil {
-		return err
-	}
-	if err := u.staged.Add(fw); err != nil {
-		return err
-	}
-	if _, err := io.Copy(fw, r); err != nil {
-		var fe *files.Error
-		if errors.As(err, &fe) {
-			return err
-		}
-		return &statusError{http.StatusBadRequest, fmt.Errorf("reading the body of %s: %v", path, err)}
-	}
-	return nil
-}
-
-// commit puts every staged file in place, all or none (see files.Batch).
-func (u *uploader) commit() ([]writtenFile, error) {
-	committed, err := u.staged.Commit()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]writtenFile, 0, len(committed))
-	for _, c := range committed {
-		out = append(out, writtenFile{Name: filepath.Base(c.Path), Path: c.Path, Type: "file", Metadata: u.metadata})
-	}
-	return out, nil
-}
-
-// abort drops whatever was not committed.
-func (u *uploader) abort() { u.staged.Abort() }
-
-// partFilename is a part's filename as sent: multipart.Part.FileName keeps
-// only its last element, and here it is a path.
-func partFilename(disposition string) string {
-	_, params, err := mime.ParseMediaType(disposition)
-	if err != nil {
-		return ""
-	}
-	return params["filename"]
-}
-
-// statusError is a failure of the request itself, with its HTTP status.
-type statusError struct {
-	status int
-	err    error
-}
-
-func (e *statusError) Error() string { return e.err.Error() }
-
-// fileStatuses map the file manager's errors to /files statuses, first
-// match first (507 is what the SDK turns into NotEnoughSpaceError).
-var fileStatuses = []struct {
-	kind   error
-	status int
-}{
-	{files.ErrNotFound, http.StatusNotFound},
-	{files.ErrNotDir, http.StatusBadRequest},
-	{files.ErrExists, http.StatusConflict},
-	{files.ErrPermission, http.StatusForbidden},
-	{files.ErrIsDir, http.StatusBadRequest},
-	{files.ErrNotRegular, http.StatusBadRequest},
-	{files.ErrInvalid, http.StatusBadRequest},
-	{files.ErrUnknownUser, http.StatusBadRequest},
-	{files.ErrUnsupported, http.StatusBadRequest},
-	{files.ErrNoSpace, http.StatusInsufficientStorage},
-	{files.ErrTooMany, http.StatusBadRequest}, // not 507: the SDK says NotEnoughSpaceError
-	{files.ErrClosed, http.StatusServiceUnavailable},
-}
-
-// writeFileStatus answers /files with the status of err.
+// writeFileStatus answers /files with the status of err (surface.Status:
+// 507 for a full disk is what the SDK turns into NotEnoughSpaceError).
 func writeFileStatus(w http.ResponseWriter, err error) {
-	var se *statusError
-	if errors.As(err, &se) {
-		writeFilesError(w, se.status, se.Error())
-		return
-	}
-	for _, c := range fileStatuses {
-		if errors.Is(err, c.kind) {
-			writeFilesError(w, c.status, err.Error())
-			return
-		}
-	}
-	writeFilesError(w, http.StatusInternalServerError, err.Error())
+	writeFilesError(w, surface.Status(err), err.Error())
 }
 
 // writeFilesError answers /files the way envd does: the HTTP status

@@ -407,8 +407,9 @@ func TestFilesUploadAllOrNone(t *testing.T) {
 	wantFilesError(t, "a directory made meanwhile", status, raw, 400, "is a directory")
 }
 
-// More than files.MaxBatch files in one upload is refused with 400 and
-// writes none of them.
+// More than files.MaxBatch files in one upload is refused with 429, the
+// status every surface gives limit (the SDK's RateLimitError, as for
+// envd's resource_exhausted), and writes none of them.
 func TestFilesUploadTooManyParts(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t, agentOptions{})
@@ -419,7 +420,7 @@ func TestFilesUploadTooManyParts(t *testing.T) {
 	}
 	ctype, body := multipartBody(t, parts...)
 	status, _, raw := filesCall(t, a, "POST", url.Values{}, ctype, body)
-	wantFilesError(t, "too many parts", status, raw, http.StatusBadRequest, "more than 1000 files")
+	wantFilesError(t, "too many parts", status, raw, http.StatusTooManyRequests, "more than 1000 files")
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Fatalf("a refused upload left %d entries", len(entries))
 	}

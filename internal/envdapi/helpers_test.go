@@ -19,10 +19,12 @@ import (
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/process"
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/process/processconnect"
 	"github.com/rayito/rayito-agent/internal/files"
+	"github.com/rayito/rayito-agent/internal/hostapi"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/surface"
 	"github.com/rayito/rayito-agent/internal/traffic"
 	"github.com/rayito/rayito-agent/internal/watch"
 )
@@ -53,7 +55,8 @@ func testReaper(t testing.TB) *proc.Reaper {
 // endpoint with the envd API mounted on it, over real managers.
 type agent struct {
 	url     string
-	srv     *endpoint.Server
+	kit     *surface.Server
+	cuts    *surface.Cuts
 	streams *stream.Registry
 	procs   *proc.Manager
 	resume  *resume.Manager
@@ -94,20 +97,22 @@ func newAgent(t testing.TB, o agentOptions) *agent {
 	if o.noToken {
 		token = ""
 	}
-	auth := endpoint.NewAuth(token)
-	var cuts surfaces
-	resumer, err := resume.New(resume.Options{Sessions: &cuts, SetClock: func(time.Time) error { return nil }})
+	auth := surface.NewAuth(token)
+	var resumer *resume.Manager
+	cuts := surface.NewCuts(func() uint64 { return resumer.Generation() })
+	resumer, err = resume.New(resume.Options{Sessions: cuts, SetClock: func(time.Time) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := endpoint.New(endpoint.Config{Version: "test", Auth: auth, Streams: streams, Traffic: counter,
-		Procs: procs, PTYs: ptys, Watches: watches, Files: fileMgr, Resume: resumer, Defaults: defaults,
-		SetClock: func(time.Time) error { return nil }})
+	kit := surface.New(surface.Options{Auth: auth, Traffic: counter})
+	kit.Mount(hostapi.New(hostapi.Config{Version: "test", Auth: auth, Streams: streams, Traffic: counter,
+		Resume: resumer, Defaults: defaults, SetClock: func(time.Time) error { return nil }}).Surface())
+	kit.Mount(endpoint.New(endpoint.Config{Version: "test", Streams: streams, Traffic: counter,
+		Procs: procs, PTYs: ptys, Watches: watches, Files: fileMgr, Cuts: cuts}).Surface())
 	envd := envdapi.New(envdapi.Config{Auth: auth, Streams: streams, Procs: procs, PTYs: ptys, Watches: watches,
-		Users: defaults, Files: fileMgr, Traffic: counter, Generation: resumer.Generation, Open: o.open})
-	envd.Mount(srv)
-	cuts = surfaces{srv, envd}
-	hs := httptest.NewUnstartedServer(srv.Handler())
+		Users: defaults, Files: fileMgr, Cuts: cuts, Open: o.open})
+	kit.Mount(envd.Surface())
+	hs := httptest.NewUnstartedServer(kit.Handler())
 	httpClient := http.DefaultClient
 	if o.smallBuffers {
 		hs.Listener = smallListener{hs.Listener}
@@ -125,7 +130,7 @@ func newAgent(t testing.TB, o agentOptions) *agent {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		srv.Shutdown(ctx)
+		kit.Shutdown(ctx)
 		hs.Close()
 		fileMgr.Close()
 		ptys.Close()
@@ -134,7 +139,7 @@ func newAgent(t testing.TB, o agentOptions) *agent {
 		streams.Close()
 	})
 	return &agent{
-		url: hs.URL, srv: srv, streams: streams, procs: procs, resume: resumer, envd: envd, counter: counter, files: fileMgr,
+		url: hs.URL, kit: kit, cuts: cuts, streams: streams, procs: procs, resume: resumer, envd: envd, counter: counter, files: fileMgr,
 		pc: processconnect.NewProcessClient(httpClient, hs.URL, sdkLike...),
 		fs: filesystemconnect.NewFilesystemClient(httpClient, hs.URL, sdkLike...),
 	}
@@ -154,16 +159,6 @@ func (l smallListener) Accept() (net.Conn, error) {
 // sdkLike makes Go clients speak as the e2b SDK does: JSON, and no
 // compressed responses asked for.
 var sdkLike = []connect.ClientOption{connect.WithProtoJSON(), connect.WithAcceptCompression("gzip", nil, nil)}
-
-// surfaces is what a resume cuts: the native endpoint and the envd API,
-// as the agent's main wires them.
-type surfaces []resume.Sessions
-
-func (ss *surfaces) CutForResume(ctx context.Context, gen uint64) {
-	for _, s := range *ss {
-		s.CutForResume(ctx, gen)
-	}
-}
 
 func ctxLong(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)

@@ -30,7 +30,7 @@ func TestResumeCutDeliversWhatWasWritten(t *testing.T) {
 	cut := make(chan struct{})
 	go func() {
 		defer close(cut)
-		a.envd.CutForResume(ctxLong(t), 1)
+		a.cuts.CutForResume(ctxLong(t), 1)
 	}()
 	r := finish(s, pid)
 	wantCode(t, r.err, connect.CodeUnavailable, "resume generation 1")
@@ -136,7 +136,7 @@ func TestResumeCutWithClientNotReading(t *testing.T) {
 	// The client reads nothing after the start event: the connection's
 	// buffers fill, the handler blocks on a write, then the log fills.
 	waitStdoutFull(t, a, pid)
-	if n := a.envd.InFlight(); n != 1 {
+	if n := a.cuts.Len(); n != 1 {
 		t.Fatalf("%d calls in flight, want the Start stream", n)
 	}
 
@@ -144,13 +144,13 @@ func TestResumeCutWithClientNotReading(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	began := time.Now()
-	a.envd.CutForResume(ctx, 1)
+	a.cuts.CutForResume(ctx, 1)
 	// Slack for a loaded machine; a cut that waited for the client would
 	// not return at all.
 	if took := time.Since(began); took > bound+3*time.Second {
 		t.Fatalf("the cut took %v, its bound is %v", took, bound)
 	}
-	for a.envd.InFlight() != 0 {
+	for a.cuts.Len() != 0 {
 		if time.Since(began) > bound+10*time.Second {
 			t.Fatal("the Start handler never returned after the cut")
 		}

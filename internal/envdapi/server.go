@@ -16,7 +16,7 @@ import (
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/stream"
-	"github.com/rayito/rayito-agent/internal/traffic"
+	"github.com/rayito/rayito-agent/internal/surface"
 )
 
 // The managers the API runs on, as the small interfaces it needs.
@@ -47,24 +47,24 @@ type (
 		MoveWith(user, from, to string, o files.MoveOptions) error
 		Remove(user, path string, recursive bool) error
 		Open(user, path string) (*files.File, error)
-		Create(user, path string, o files.WriteOptions) (*files.Writer, error)
+		Stage(user string, o files.WriteOptions) *files.Staged
 	}
 )
 
-// Config is what the API needs. Logger, Traffic and Generation may be
-// nil; the rest are required.
+// Config is what the API needs. Logger and Cuts may be nil; the rest are
+// required.
 type Config struct {
 	Logger  *zap.Logger
-	Auth    Tokens
+	Auth    *surface.Auth
 	Streams *stream.Registry
 	Procs   Execer
 	PTYs    PTYs
 	Watches Watches
 	Users   Users
 	Files   Files
-	Traffic *traffic.Counter
-	// Generation returns the current resume generation.
-	Generation func() uint64
+	// Cuts is the agent's registry of what a resume cuts; nil: one of
+	// its own, at generation 0.
+	Cuts *surface.Cuts
 	// Open serves requests without a token. Unsafe: anyone who reaches
 	// the port runs commands as any user. For local development only.
 	Open bool
@@ -73,11 +73,10 @@ type Config struct {
 // maxMessage bounds one incoming message (input for a process, mostly).
 const maxMessage = 16 << 20
 
-// Server is the envd API. Build with New, put on a listener with Mount.
+// Server is the envd API. Build with New, mount its Surface.
 type Server struct {
-	cfg   Config
-	log   *zap.Logger
-	calls calls
+	cfg Config
+	log *zap.Logger
 }
 
 // New builds the API.
@@ -85,31 +84,17 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	if cfg.Traffic == nil {
-		cfg.Traffic = traffic.NewCounter()
-	}
-	if cfg.Generation == nil {
-		cfg.Generation = func() uint64 { return 0 }
+	if cfg.Cuts == nil {
+		cfg.Cuts = surface.NewCuts(nil)
 	}
 	return &Server{cfg: cfg, log: cfg.Logger}
 }
 
-// Mounter is where the API's routes go: endpoint.Server.Mount.
-type Mounter interface {
-	Mount(pattern string, h http.Handler)
-}
-
-// Mount serves the API's routes on m.
-func (s *Server) Mount(m Mounter) {
-	for pattern, h := range s.Routes() {
-		m.Mount(pattern, h)
-	}
-}
-
-// Routes returns the API's handlers by net/http ServeMux pattern. The two
-// services' connect handlers are built at their first request
+// Surface is the API's routes: the two Connect services and /files,
+// with the token in X-Access-Token (or, on /files, a signed URL). The
+// two services' connect handlers are built at their first request
 // (lazyHandler).
-func (s *Server) Routes() map[string]http.Handler {
+func (s *Server) Surface() surface.Surface {
 	opts := func() []connect.HandlerOption {
 		opts := []connect.HandlerOption{
 			connect.WithReadMaxBytes(maxMessage),
@@ -128,10 +113,21 @@ func (s *Server) Routes() map[string]http.Handler {
 		_, h := filesystemconnect.NewFilesystemHandler(&filesystemService{s: s}, opts()...)
 		return h
 	}}
-	return map[string]http.Handler{
-		"/" + processconnect.ProcessName + "/":       s.guard(proc, false),
-		"/" + filesystemconnect.FilesystemName + "/": s.guard(fs, false),
-		"/files": s.guard(http.HandlerFunc(s.handleFiles), true),
+	route := func(pattern string, h http.Handler) surface.Route {
+		return surface.Route{Pattern: pattern, Handler: s.track(h), Count: true}
+	}
+	files := route("/files", http.HandlerFunc(s.handleFiles))
+	files.Proof = s.signedURL
+	return surface.Surface{
+		Name:   "envd",
+		Tokens: Tokens,
+		Refuse: refuse,
+		Open:   s.cfg.Open,
+		Routes: []surface.Route{
+			route("/"+processconnect.ProcessName+"/", proc),
+			route("/"+filesystemconnect.FilesystemName+"/", fs),
+			files,
+		},
 	}
 }
 
@@ -152,22 +148,14 @@ func (l *lazyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.h.ServeHTTP(w, r)
 }
 
-// guard checks auth, counts traffic, and registers the request so that a
-// resume can cut it.
-func (s *Server) guard(h http.Handler, files bool) http.Handler {
-	return traffic.CountHTTP(s.cfg.Traffic, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := s.authorize(r, files); err != nil {
-			if files {
-				writeFilesError(w, http.StatusUnauthorized, err.Error())
-			} else {
-				writeUnauthenticated(w, err)
-			}
-			return
-		}
+// track registers each request with the resume cut: a handler that holds
+// a stream says in its call (onCut) what ending it takes.
+func (s *Server) track(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := &call{rc: http.NewResponseController(w), done: make(chan struct{})}
-		s.calls.add(c, s.cfg.Generation)
+		_, untrack := s.cfg.Cuts.Track(c)
 		defer func() {
-			s.calls.remove(c)
+			untrack()
 			if c.cutBy() != 0 {
 				// The connection may carry the client's next request.
 				c.rc.SetWriteDeadline(time.Time{})
@@ -176,7 +164,7 @@ func (s *Server) guard(h http.Handler, files bool) http.Handler {
 			close(c.done)
 		}()
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callKey{}, c)))
-	}))
+	})
 }
 
 // writeUnauthenticated answers a request refused before any handler with
@@ -186,36 +174,6 @@ func writeUnauthenticated(w http.ResponseWriter, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusUnauthorized)
 	json.NewEncoder(w).Encode(map[string]string{"code": connect.CodeUnauthenticated.String(), "message": err.Error()})
-}
-
-// cutBound bounds a cut when the resume sequence gives no deadline.
-const cutBound = 2 * time.Second
-
-// CutForResume ends every stream of this API opened before generation gen
-// with the Connect error unavailable, after the output written before the
-// cut, and returns when their handlers have returned or ctx ends. A
-// stream's writes to a connection that stopped reading fail at ctx's
-// deadline. Unary calls and file transfers are not cut.
-func (s *Server) CutForResume(ctx context.Context, gen uint64) {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(cutBound)
-	}
-	var streams []*call
-	for _, c := range s.calls.before(gen) {
-		if c.cut(gen, deadline) {
-			streams = append(streams, c)
-		}
-	}
-	for _, c := range streams {
-		select {
-		case <-c.done:
-		case <-ctx.Done():
-			s.log.Warn("envd streams still ending after the resume cut's bound", zap.Uint64("generation", gen))
-			return
-		}
-	}
-	s.log.Debug("cut envd streams for resume", zap.Int("streams", len(streams)), zap.Uint64("generation", gen))
 }
 
 // resumeError is how a stream cut by a resume ends.

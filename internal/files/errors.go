@@ -4,21 +4,25 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+
+	"github.com/rayito/rayito-agent/internal/wire"
 )
 
 // Sentinel errors callers branch on with errors.Is. Every error of the
 // package is an *Error that wraps one of them (and the system error behind
 // it, so errors.Is(err, fs.ErrNotExist) works as well).
 var (
-	ErrNotFound    = errors.New("no such file or directory")
-	ErrExists      = errors.New("already exists")
-	ErrPermission  = errors.New("permission denied")
-	ErrIsDir       = errors.New("is a directory")
-	ErrNotDir      = errors.New("not a directory")
-	ErrNotEmpty    = errors.New("directory not empty")
-	ErrNotRegular  = errors.New("not a regular file")
-	ErrInvalid     = errors.New("invalid argument")
-	ErrNoSpace     = errors.New("no space left on device")
+	ErrNotFound   = errors.New("no such file or directory")
+	ErrExists     = errors.New("already exists")
+	ErrPermission = errors.New("permission denied")
+	ErrIsDir      = errors.New("is a directory")
+	ErrNotDir     = errors.New("not a directory")
+	ErrNotEmpty   = errors.New("directory not empty")
+	ErrNotRegular = errors.New("not a regular file")
+	ErrInvalid    = errors.New("invalid argument")
+	// ErrNoSpace wraps ENOSPC, so that what answers over HTTP (surface.Status)
+	// tells a full disk (507) from other limits without knowing this package.
+	ErrNoSpace     = fmt.Errorf("%w", syscall.ENOSPC)
 	ErrUnsupported = errors.New("not supported here")
 	ErrUnknownUser = errors.New("no such user or group")
 	ErrTooMany     = errors.New("too many entries")
@@ -57,6 +61,46 @@ func (e *Error) Unwrap() []error {
 		return []error{e.Kind}
 	}
 	return []error{e.Kind, e.Err}
+}
+
+// codes are the protocol code of each kind, first match first.
+var codes = []struct {
+	kind error
+	code wire.Code
+}{
+	{ErrNotFound, wire.CodeNotFound},
+	{ErrPermission, wire.CodePermissionDenied},
+	{ErrExists, wire.CodeConflict},
+	{ErrNotEmpty, wire.CodeConflict},
+	{ErrNotOwner, wire.CodeConflict},
+	{ErrInputClosed, wire.CodeConflict},
+	{ErrChanged, wire.CodeConflict},
+	{ErrNoSpace, wire.CodeLimit},
+	{ErrTooMany, wire.CodeLimit},
+	{ErrWindow, wire.CodeLimit},
+	{ErrIsDir, wire.CodeBadRequest},
+	{ErrNotDir, wire.CodeBadRequest},
+	{ErrNotRegular, wire.CodeBadRequest},
+	{ErrInvalid, wire.CodeBadRequest},
+	{ErrUnknownUser, wire.CodeBadRequest},
+	{ErrUnsupported, wire.CodeBadRequest},
+	{ErrAbandoned, wire.CodeUnavailable},
+	{ErrClosed, wire.CodeUnavailable},
+}
+
+// WireCode is the error's protocol code (wire.Coded): every surface
+// reads it through wire.AsError.
+func (e *Error) WireCode() wire.Code { return Code(e) }
+
+// Code is the protocol code of err: its kind's, wire.CodeInternal for
+// anything else. A transfer's end names it too.
+func Code(err error) wire.Code {
+	for _, k := range codes {
+		if errors.Is(err, k.kind) {
+			return k.code
+		}
+	}
+	return wire.CodeInternal
 }
 
 // newErr builds an *Error, classifying err when kind is nil. The system

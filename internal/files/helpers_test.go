@@ -19,7 +19,7 @@ import (
 func newManager(t testing.TB) (*Manager, *stream.Registry) {
 	t.Helper()
 	reg := stream.NewRegistry(0)
-	m, err := New(Options{Registry: reg, StateDir: t.TempDir(), EndCode: func(err error) string { return "code" }})
+	m, err := New(Options{Registry: reg, StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,10 +35,7 @@ type Options struct {
 	// StateDir holds the journal of temporary files, so that those a
 	// crash left behind are removed at the next start.
 	StateDir string
-	// EndCode names the error of a failed transfer in its stream's end
-	// (the field "code"), in the terms of the surface that reads it.
-	EndCode func(error) string
-	Logger  *zap.Logger
+	Logger   *zap.Logger
 }
 
 // Manager runs file operations as the users that ask for them. It is safe
@@ -46,7 +43,6 @@ type Options struct {
 type Manager struct {
 	reg      *stream.Registry
 	defaults *proc.Defaults
-	endCode  func(error) string
 	log      *zap.Logger
 	self     identity
 	// restoreIDs is restoreIDs; tests make the switch back fail with it.
@@ -75,7 +71,7 @@ func New(o Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		reg: o.Registry, defaults: o.Defaults, endCode: o.EndCode, log: o.Logger, self: self, restoreIDs: restoreIDs,
+		reg: o.Registry, defaults: o.Defaults, log: o.Logger, self: self, restoreIDs: restoreIDs,
 		umask: processUmask(), transfers: map[*stream.Stream]struct{}{},
 	}
 	if o.StateDir != "" {

@@ -124,11 +124,7 @@ func (m *Manager) send(st *stream.Stream, f *File, off, want int64, exact bool) 
 
 // finish ends a transfer's stream with err.
 func (m *Manager) finish(st *stream.Stream, err error) {
-	e := stream.End{Reason: stream.ReasonError, Message: err.Error()}
-	if m.endCode != nil {
-		e.Extra = map[string]any{"code": m.endCode(err)}
-	}
-	st.Finish(e)
+	st.Finish(stream.End{Reason: stream.ReasonError, Message: err.Error(), Extra: map[string]any{"code": string(Code(err))}})
 }
 
 // track registers a running transfer, so that Close ends it.

@@ -26,6 +26,7 @@ import (
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc/proctest"
+	"github.com/rayito/rayito-agent/internal/surface"
 )
 
 const (
@@ -45,19 +46,13 @@ const (
 // one's p50 and p99 and the ratios of the p50s.
 func BenchmarkSurfacesRoundTrip(b *testing.B) {
 	mgr, reg := jupyter.SharedManager()
-	auth := endpoint.NewAuth(benchToken)
-	srv := endpoint.New(endpoint.Config{Auth: auth, Streams: reg, Kernels: mgr})
-	japi := jupyterapi.New(jupyterapi.Options{Kernels: mgr, Auth: auth})
-	ci := codeinterp.New(codeinterp.Options{Kernels: mgr, Auth: auth})
-	for _, p := range japi.Patterns() {
-		srv.Mount(p, japi)
-	}
-	for _, p := range ci.Patterns() {
-		srv.Mount(p, ci)
-	}
-	hs := httptest.NewServer(srv.Handler())
+	kit := surface.New(surface.Options{Auth: surface.NewAuth(benchToken)})
+	kit.Mount(endpoint.New(endpoint.Config{Streams: reg, Kernels: mgr}).Surface())
+	kit.Mount(jupyterapi.New(jupyterapi.Options{Kernels: mgr}).Surface())
+	kit.Mount(codeinterp.New(codeinterp.Options{Kernels: mgr}).Surface())
+	hs := httptest.NewServer(kit.Handler())
 	defer hs.Close()
-	defer japi.Close()
+	defer kit.Shutdown(context.Background())
 
 	ctx, cancel := context.WithTimeout(context.Background(), benchWait)
 	defer cancel()

@@ -46,6 +46,8 @@ type channelConn struct {
 	kernel string
 	v1     bool
 	log    *zap.Logger
+	// untrack leaves the resume cut's registry.
+	untrack func()
 }
 
 // serveChannels upgrades to the kernel websocket. The client offers the
@@ -114,6 +116,7 @@ func (s *Server) track(c *channelConn) bool {
 		return false
 	}
 	s.conns[c] = struct{}{}
+	_, c.untrack = s.o.Cuts.Track(c)
 	if s.o.Traffic != nil {
 		s.o.Traffic.ConnOpened()
 	}
@@ -121,6 +124,7 @@ func (s *Server) track(c *channelConn) bool {
 }
 
 func (s *Server) untrack(c *channelConn) {
+	c.untrack()
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
@@ -252,42 +256,41 @@ func (c *channelConn) count(n int, in bool) {
 	}
 }
 
-// CutForResume closes every kernel websocket with 1012, so that clients
-// reconnect over the new network path; the kernels and their relays'
-// kernel-side state are untouched.
-func (s *Server) CutForResume(ctx context.Context, gen uint64) {
-	s.closeAll(ctx, closeResumed, "the sandbox was resumed; reconnect")
+// Cut is the resume cut (surface.Cuttable): it closes the websocket with
+// 1012, so that the client reconnects over the new network path; the
+// kernel and its relay's kernel-side state are untouched.
+func (c *channelConn) Cut(ctx context.Context, gen uint64) {
+	closeBounded(ctx, c.ws, closeResumed, "the sandbox was resumed; reconnect")
 }
 
-// Close closes every kernel websocket with 1001 (going away) and refuses
+// stop closes every kernel websocket with 1001 (going away) and refuses
 // new ones; the agent is stopping.
-func (s *Server) Close() {
+func (s *Server) stop(ctx context.Context) {
 	s.mu.Lock()
 	s.closing = true
-	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), closeWait)
-	defer cancel()
-	s.closeAll(ctx, websocket.StatusGoingAway, "the agent is shutting down")
-}
-
-func (s *Server) closeAll(ctx context.Context, code websocket.StatusCode, why string) {
-	s.mu.Lock()
 	conns := make([]*channelConn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, closeWait)
+	defer cancel()
 	var wg sync.WaitGroup
 	for _, c := range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Close waits for the client's close frame; a client that is
-			// half-dead after a resume never sends one.
-			stop := context.AfterFunc(ctx, func() { c.ws.CloseNow() })
-			defer stop()
-			c.ws.Close(code, why)
+			closeBounded(ctx, c.ws, websocket.StatusGoingAway, "the agent is shutting down")
 		}()
 	}
 	wg.Wait()
+}
+
+// closeBounded closes ws with code, within ctx: Close waits for the
+// client's close frame, and a client left half-dead by a resume never
+// sends one.
+func closeBounded(ctx context.Context, ws *websocket.Conn, code websocket.StatusCode, why string) {
+	stop := context.AfterFunc(ctx, func() { ws.CloseNow() })
+	defer stop()
+	ws.Close(code, why)
 }

@@ -303,7 +303,7 @@ func TestResumeClosesWebsocketsWith1012(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	a.api.CutForResume(ctx, 2)
+	a.resume(ctx)
 	for {
 		if _, err := w.read(); err != nil {
 			if code := websocket.CloseStatus(err); code != 1012 {
@@ -373,7 +373,7 @@ func TestShutdownRefusesWebsockets(t *testing.T) {
 	k := a.startKernel(t)
 	w := a.dialKernel(t, k.ID(), true)
 	done := make(chan struct{})
-	go func() { a.api.Close(); close(done) }()
+	go func() { a.stop(); close(done) }()
 	// Messages the kernel sent before the close (its status while it shuts
 	// down) may come first: read until the close.
 	var err error

@@ -7,15 +7,18 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/hostapi"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/proc/proctest"
 	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/surface"
 	"github.com/rayito/rayito-agent/internal/traffic"
 )
 
@@ -41,6 +44,9 @@ type agent struct {
 	kernels *jupyter.Manager
 	api     *jupyterapi.Server
 	traffic *traffic.Counter
+	kit     *surface.Server
+	cuts    *surface.Cuts
+	gen     *atomic.Uint64
 }
 
 func newAgent(t testing.TB, legacyOnly bool) *agent {
@@ -48,20 +54,37 @@ func newAgent(t testing.TB, legacyOnly bool) *agent {
 	streams := stream.NewRegistry(0)
 	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: reaper})
 	counter := traffic.NewCounter()
-	auth := endpoint.NewAuth(testToken)
-	api := jupyterapi.New(jupyterapi.Options{Kernels: kernels, Auth: auth, Traffic: counter, LegacyOnly: legacyOnly})
-	srv := endpoint.New(endpoint.Config{Auth: auth, Streams: streams, Traffic: counter, Kernels: kernels})
-	for _, p := range api.Patterns() {
-		srv.Mount(p, api)
-	}
-	hs := httptest.NewServer(srv.Handler())
+	gen := new(atomic.Uint64)
+	cuts := surface.NewCuts(gen.Load)
+	api := jupyterapi.New(jupyterapi.Options{Kernels: kernels, Traffic: counter, Cuts: cuts, LegacyOnly: legacyOnly})
+	auth := surface.NewAuth(testToken)
+	kit := surface.New(surface.Options{Auth: auth, Traffic: counter})
+	kit.Mount(hostapi.New(hostapi.Config{Auth: auth, Streams: streams, Traffic: counter}).Surface())
+	kit.Mount(endpoint.New(endpoint.Config{Streams: streams, Traffic: counter, Kernels: kernels, Cuts: cuts}).Surface())
+	kit.Mount(api.Surface())
+	hs := httptest.NewServer(kit.Handler())
 	t.Cleanup(func() {
-		api.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		kit.Shutdown(ctx)
 		hs.Close()
 		kernels.Close()
 		streams.Close()
 	})
-	return &agent{url: hs.URL + "/", kernels: kernels, api: api, traffic: counter}
+	return &agent{url: hs.URL + "/", kernels: kernels, api: api, traffic: counter, kit: kit, cuts: cuts, gen: gen}
+}
+
+// resume is a resume's cut as the agent makes it: the new generation is
+// published, then what started before it is cut.
+func (a *agent) resume(ctx context.Context) {
+	a.cuts.CutForResume(ctx, a.gen.Add(1))
+}
+
+// stop shuts the agent's surfaces down, as at SIGTERM.
+func (a *agent) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a.kit.Shutdown(ctx)
 }
 
 // startKernel starts a kernel through the manager, as any surface would.

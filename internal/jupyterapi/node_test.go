@@ -37,7 +37,7 @@ func TestJupyterLabServices(t *testing.T) {
 						cuts++
 						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 						defer cancel()
-						a.api.CutForResume(ctx, uint64(cuts+1))
+						a.resume(ctx)
 					}
 					nodetest.RunWatching(t, reaper, "nodetest", "jupyter_test.js", env, onLine, c)
 					if want := map[bool]int{true: 1}[c == "resume"]; cuts != want {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/surface"
 	"github.com/rayito/rayito-agent/internal/traffic"
 	"github.com/rayito/rayito-agent/internal/wire"
 )
@@ -40,17 +41,15 @@ type Kernels interface {
 	Channels(id string) (*stream.Stream, error)
 }
 
-// Authenticator checks the agent's one token; endpoint.Auth implements it.
-type Authenticator interface {
-	Valid(token string) bool
-}
-
 // Options configure a Server.
 type Options struct {
-	Kernels Kernels       // required
-	Auth    Authenticator // required
+	Kernels Kernels // required
+	// Traffic counts the kernel websockets' messages; nil counts nothing.
 	Traffic *traffic.Counter
-	Logger  *zap.Logger
+	// Cuts is the agent's registry of what a resume cuts; nil: one of
+	// its own, at generation 0.
+	Cuts   *surface.Cuts
+	Logger *zap.Logger
 	// LegacyOnly makes kernel websockets never select the v1 subprotocol,
 	// like jupyter_server with kernel_ws_protocol set to '': clients fall
 	// back to the legacy JSON framing.
@@ -83,6 +82,9 @@ type Server struct {
 
 // New builds the API.
 func New(o Options) *Server {
+	if o.Cuts == nil {
+		o.Cuts = surface.NewCuts(nil)
+	}
 	s := &Server{o: o, log: o.Logger, conns: map[*channelConn]struct{}{}}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -105,39 +107,23 @@ func New(o Options) *Server {
 		mux.Handle(path, ms)
 	}
 	mux.HandleFunc("/", s.noRoute)
-	var h http.Handler = mux
-	if o.Traffic != nil {
-		h = traffic.CountHTTP(o.Traffic, h)
-	}
-	s.h = h
+	s.h = mux
 	return s
 }
 
-// Patterns are the net/http patterns to mount the API under.
-func (s *Server) Patterns() []string { return []string{"/api", "/api/", "/kernelspecs/"} }
+// Tokens is where Jupyter clients put the token: an Authorization header
+// of scheme token (or Bearer), or a token query parameter (websockets
+// from browsers and Node cannot set headers).
+var Tokens = surface.FirstOf(surface.FromAuthorization("token", "Bearer"), surface.FromQuery("token"))
 
-// ServeHTTP checks the token and serves the request.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !s.o.Auth.Valid(requestToken(r)) {
-		// jupyter_server answers API requests without a valid token so.
-		writeError(w, http.StatusForbidden, "Forbidden: missing or wrong token (send Authorization: token <T>, or ?token=<T>)")
-		return
-	}
-	s.h.ServeHTTP(w, r)
-}
-
-// requestToken finds the token where Jupyter clients put it: an
-// Authorization header of scheme token (or Bearer), or a token query
-// parameter (websockets from browsers and Node cannot set headers).
-func requestToken(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, tok, _ := strings.Cut(h, " ")
-		if strings.EqualFold(scheme, "token") || strings.EqualFold(scheme, "Bearer") {
-			return strings.TrimSpace(tok)
-		}
-		return ""
-	}
-	return r.URL.Query().Get("token")
+// Surface is the API's routes, under /api and /kernelspecs.
+func (s *Server) Surface() surface.Surface {
+	routes := surface.Counted(s.h, "/api", "/api/", "/kernelspecs/")
+	return surface.Surface{Name: "jupyter", Tokens: Tokens, Routes: routes, Stop: s.stop,
+		Refuse: func(w http.ResponseWriter, r *http.Request, err error) {
+			// jupyter_server answers API requests without a valid token so.
+			writeError(w, http.StatusForbidden, "Forbidden: missing or wrong token (send Authorization: token <T>, or ?token=<T>)")
+		}}
 }
 
 // methods routes one path by method and answers the others with 405.
@@ -185,8 +171,7 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 
 // writeErr answers a manager's error with the status of its code.
 func writeErr(w http.ResponseWriter, err error) {
-	we := wire.AsError(err)
-	writeError(w, wire.HTTPStatus(we.Code), we.Message)
+	writeError(w, surface.Status(err), wire.AsError(err).Message)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -37,12 +37,24 @@ func Errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// Coded is an error of a manager's own type that knows its protocol code
+// (files' errors, say): the manager owns the mapping, and every surface
+// reads it through AsError.
+type Coded interface {
+	error
+	WireCode() Code
+}
+
 // AsError returns err as a protocol error, mapping anything unknown to
 // internal so that no error leaves the agent without a code.
 func AsError(err error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
 		return e
+	}
+	var c Coded
+	if errors.As(err, &c) {
+		return &Error{Code: c.WireCode(), Message: err.Error()}
 	}
 	return &Error{Code: CodeInternal, Message: err.Error()}
 }

@@ -1,4 +1,4 @@
-package endpoint
+package surface
 
 import (
 	"net"
@@ -7,10 +7,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// rawSocket is the socket under c (through wrappers that give their
+// RawSocket is the socket under c (through wrappers that give their
 // NetConn, as the connection limiter's does), nil if it has none (a
 // pipe): a session without one never writes from a producer's goroutine.
-func rawSocket(c net.Conn) syscall.RawConn {
+func RawSocket(c net.Conn) syscall.RawConn {
 	for range 4 {
 		w, ok := c.(interface{ NetConn() net.Conn })
 		if !ok {
@@ -29,10 +29,10 @@ func rawSocket(c net.Conn) syscall.RawConn {
 	return raw
 }
 
-// socketCount asks the kernel for a count of sock's (SIOCINQ: bytes the
+// SocketCount asks the kernel for a count of sock's (SIOCINQ: bytes the
 // server has not read; SIOCOUTQ: bytes the peer has not acknowledged);
 // false when sock is nil or the kernel does not answer.
-func socketCount(sock syscall.RawConn, req uint) (int, bool) {
+func SocketCount(sock syscall.RawConn, req uint) (int, bool) {
 	if sock == nil {
 		return 0, false
 	}

@@ -1,4 +1,4 @@
-package endpoint
+package hostapi
 
 import (
 	"bytes"
@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/resume"
-	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/surface"
 	"github.com/rayito/rayito-agent/internal/traffic"
 	"github.com/rayito/rayito-agent/internal/wire"
 )
@@ -27,16 +27,17 @@ type Resumer interface {
 // Bounds of the bodies of host calls: they are small, so a peer that
 // sends one slowly is cut off rather than waited for.
 const (
-	maxHostBody     = 1 << 20
-	hostBodyTimeout = 10 * time.Second
+	maxHostBody = 1 << 20
+	// BodyTimeout bounds reading a host call's body.
+	BodyTimeout = 10 * time.Second
 )
 
-// decodeBody reads a JSON object strictly, within hostBodyTimeout; an
+// decodeBody reads a JSON object strictly, within BodyTimeout; an
 // empty body is an empty object.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) *wire.Error {
 	// The server has no read timeout (other surfaces stream bodies for
 	// minutes); this handler's own body gets one.
-	http.NewResponseController(w).SetReadDeadline(time.Now().Add(hostBodyTimeout))
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(BodyTimeout))
 	b, err := io.ReadAll(io.LimitReader(r.Body, maxHostBody+1))
 	if err != nil {
 		return wire.Errorf(wire.CodeBadRequest, "reading the body: %v", err)
@@ -51,7 +52,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) *wire.Error {
 	if b[0] != '{' {
 		return wire.Errorf(wire.CodeBadRequest, "the body must be a JSON object")
 	}
-	dec := json.NewDecoder(bytesReader(b))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return wire.Errorf(wire.CodeBadRequest, "malformed body: %s", wire.DescribeJSON(err))
@@ -62,9 +63,9 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) *wire.Error {
 	return nil
 }
 
-func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleResume(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Resume == nil {
-		writeError(w, http.StatusNotImplemented, wire.Errorf(wire.CodeUnsupported, "resume is not available in this agent"))
+		surface.WriteError(w, http.StatusNotImplemented, wire.Errorf(wire.CodeUnsupported, "resume is not available in this agent"))
 		return
 	}
 	var body struct {
@@ -72,17 +73,17 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 		TimeUnixNs *int64 `json:"time_unix_ns"`
 	}
 	if e := decodeBody(w, r, &body); e != nil {
-		writeError(w, http.StatusBadRequest, e)
+		surface.WriteError(w, http.StatusBadRequest, e)
 		return
 	}
 	if len(body.ResumeID) > 256 {
-		writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "resume_id longer than 256 bytes"))
+		surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "resume_id longer than 256 bytes"))
 		return
 	}
 	rep := resume.Report{Source: resume.SourceHost, ResumeID: body.ResumeID}
 	if body.TimeUnixNs != nil {
 		if *body.TimeUnixNs <= 0 {
-			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "time_unix_ns must be positive"))
+			surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "time_unix_ns must be positive"))
 			return
 		}
 		rep.TimeUnixNs = *body.TimeUnixNs
@@ -90,81 +91,23 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 	st := s.cfg.Resume.Resume(r.Context(), rep)
 	h := s.health()
 	h.State = st
-	writeJSON(w, http.StatusOK, h)
-}
-
-// CutForResume ends every attachment of every session opened before
-// generation gen with reason resume, then closes those sessions with 4000.
-// It returns when each has handed its close frame to the connection, or
-// when ctx ends (the rest are then dropped without a close frame).
-func (s *Server) CutForResume(ctx context.Context, gen uint64) {
-	var wg sync.WaitGroup
-	var old []*Session
-	for _, ss := range s.Sessions() {
-		if ss.generation < gen {
-			old = append(old, ss)
-		}
-	}
-	for _, ss := range old {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ss.resumeCut(ctx)
-		}()
-	}
-	wg.Wait()
-	s.log.Debug("cut sessions for resume", zap.Int("sessions", len(old)), zap.Uint64("generation", gen))
-}
-
-// resumeCut sends `end` reason resume on every attachment, after the data
-// already queued, then closes the connection with 4000 "resumed".
-func (ss *Session) resumeCut(ctx context.Context) {
-	if !ss.setClose(closeResumed, "resumed") {
-		return
-	}
-	ss.mu.Lock()
-	ss.cutting = true
-	ss.mu.Unlock()
-	ss.cut(stream.End{Reason: stream.ReasonResume})
-	pumpsDone := make(chan struct{})
-	go func() { ss.pumps.Wait(); close(pumpsDone) }()
-	select {
-	case <-pumpsDone:
-	case <-ctx.Done():
-		ss.conn.CloseNow()
-		return
-	}
-	written := make(chan struct{})
-	select {
-	case ss.data <- outFrame{close: true, release: func() { close(written) }}:
-	case <-ss.ctx.Done():
-		return
-	case <-ctx.Done():
-		ss.conn.CloseNow()
-		return
-	}
-	select {
-	case <-written:
-	case <-ss.ctx.Done():
-	case <-ctx.Done():
-		ss.conn.CloseNow()
-	}
+	surface.WriteJSON(w, http.StatusOK, h)
 }
 
 // initAllowed says whether r may call /v1/init: with the token, or
 // without one while no token is set and no init has succeeded yet (the
 // host's first call, which may set the token). Any later call without
 // the token could inject environment into every process.
-func (s *Server) initAllowed(r *http.Request) bool {
+func (s *API) initAllowed(r *http.Request) bool {
 	if s.cfg.Auth.IsSet() {
-		return s.cfg.Auth.Check(r)
+		return s.cfg.Auth.Check(r, surface.AgentTokens) == nil
 	}
 	return !s.initDone.Load()
 }
 
-func (s *Server) handleInit(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleInit(w http.ResponseWriter, r *http.Request) {
 	refuse := func() {
-		writeError(w, http.StatusUnauthorized, wire.Errorf(wire.CodeBadRequest, "missing or wrong access token (only the first /v1/init may come without one, while the agent has none)"))
+		surface.WriteError(w, http.StatusUnauthorized, wire.Errorf(wire.CodeBadRequest, "missing or wrong access token (only the first /v1/init may come without one, while the agent has none)"))
 	}
 	if !s.initAllowed(r) {
 		refuse()
@@ -183,7 +126,7 @@ func (s *Server) handleInit(w http.ResponseWriter, r *http.Request) {
 	// The body is read before the lock: a caller that sends it slowly
 	// holds only its own request, never the host's.
 	if e := decodeBody(w, r, &body); e != nil {
-		writeError(w, http.StatusBadRequest, e)
+		surface.WriteError(w, http.StatusBadRequest, e)
 		return
 	}
 	s.initMu.Lock()
@@ -196,39 +139,40 @@ func (s *Server) handleInit(w http.ResponseWriter, r *http.Request) {
 	}
 	// Validate everything before changing anything.
 	if body.AccessToken != nil && *body.AccessToken == "" {
-		writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "access_token must not be empty"))
+		surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "access_token must not be empty"))
 		return
 	}
 	if body.TimeUnixNs != nil && *body.TimeUnixNs <= 0 {
-		writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "time_unix_ns must be positive"))
+		surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "time_unix_ns must be positive"))
 		return
 	}
 	var idle *int64
 	if body.IdlePolicy != nil && body.IdlePolicy.MaxIdleSeconds != nil {
 		idle = body.IdlePolicy.MaxIdleSeconds
 		if *idle < traffic.MinIdleSeconds || *idle > traffic.MaxIdleSeconds {
-			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "idle_policy.max_idle_seconds must be from %d to %d (30 days), got %d", traffic.MinIdleSeconds, traffic.MaxIdleSeconds, *idle))
+			surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "idle_policy.max_idle_seconds must be from %d to %d (30 days), got %d", traffic.MinIdleSeconds, traffic.MaxIdleSeconds, *idle))
 			return
 		}
 	}
 	for k, v := range body.Env {
 		if k == "" || containsAny(k, "=\x00") {
-			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "invalid environment variable name %q", k))
+			surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "invalid environment variable name %q", k))
 			return
 		}
 		// No process can be given a NUL: every later exec would fail.
 		if containsAny(v, "\x00") {
-			writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "environment variable %q: value holds a NUL byte", k))
+			surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "environment variable %q: value holds a NUL byte", k))
 			return
 		}
 	}
 	if body.DefaultCwd != "" && !isDir(body.DefaultCwd) {
-		writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "default_cwd %q is not a directory", body.DefaultCwd))
+		surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "default_cwd %q is not a directory", body.DefaultCwd))
 		return
 	}
 	if body.DefaultUser != "" && s.cfg.Defaults != nil {
-		if _, err := s.cfg.Defaults.Resolve(procSpecFor(body.DefaultUser)); err != nil {
-			writeError(w, http.StatusBadRequest, wire.AsError(err))
+		// A spec that only checks that the user can run a program.
+		if _, err := s.cfg.Defaults.Resolve(proc.Spec{Argv: []string{"/bin/sh"}, User: body.DefaultUser}); err != nil {
+			surface.WriteError(w, http.StatusBadRequest, wire.AsError(err))
 			return
 		}
 	}
@@ -247,5 +191,5 @@ func (s *Server) handleInit(w http.ResponseWriter, r *http.Request) {
 		s.cfg.Auth.Set(*body.AccessToken)
 	}
 	s.initDone.Store(true)
-	writeJSON(w, http.StatusOK, s.health())
+	surface.WriteJSON(w, http.StatusOK, s.health())
 }

@@ -1,4 +1,4 @@
-package endpoint
+package hostapi
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rayito/rayito-agent/internal/resume"
+	"github.com/rayito/rayito-agent/internal/surface"
 )
 
 // Health is the body of GET /health.
@@ -22,7 +23,7 @@ type Health struct {
 	UptimeMs int64 `json:"uptime_ms"`
 }
 
-func (s *Server) health() Health {
+func (s *API) health() Health {
 	h := Health{Status: "ok", Version: s.cfg.Version, Instance: s.instance(), UptimeMs: time.Since(s.started).Milliseconds()}
 	if s.cfg.Resume != nil {
 		h.State = s.cfg.Resume.State()
@@ -34,26 +35,19 @@ func (s *Server) health() Health {
 }
 
 // instance is this run's id, which stream ids carry too.
-func (s *Server) instance() string {
+func (s *API) instance() string {
 	if s.cfg.Streams == nil {
 		return ""
 	}
 	return s.cfg.Streams.Instance()
 }
 
-func (s *Server) generation() uint64 {
-	if s.cfg.Resume == nil {
-		return 0
-	}
-	return s.cfg.Resume.Generation()
+func (s *API) handleHealth(w http.ResponseWriter, r *http.Request) {
+	surface.WriteJSON(w, http.StatusOK, s.health())
 }
 
-func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.health())
-}
-
-func (s *Server) handleTraffic(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.cfg.Traffic.Snapshot())
+func (s *API) handleTraffic(w http.ResponseWriter, r *http.Request) {
+	surface.WriteJSON(w, http.StatusOK, s.cfg.Traffic.Snapshot())
 }
 
 // MetricsWriter writes Prometheus text exposition lines.
@@ -78,7 +72,7 @@ func (m *MetricsWriter) Metric(name, typ, help, labels string, value float64) {
 	fmt.Fprintf(&m.b, "%s%s %g\n", name, labels, value)
 }
 
-func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+func (s *API) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	var m MetricsWriter
 	t := s.cfg.Traffic.Snapshot()
 	m.Metric("rayito_bytes_in_total", "counter", "Websocket payload bytes received.", "", float64(t.BytesIn))
@@ -93,8 +87,12 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	m.Metric("rayito_holds", "gauge", "Holds keeping the sandbox awake (keep_awake streams and leases).", "", float64(len(t.Holds)-pastMax))
 	m.Metric("rayito_holds_past_max", "gauge", "Holds past --max-hold-seconds, listed but no longer counting.", "", float64(pastMax))
-	m.Metric("rayito_http_connections_refused_total", "counter", "Connections over the limits, served the host routes only or closed.", "", float64(s.conns.refused.Load()))
-	m.Metric("rayito_http_connections_evicted_total", "counter", "Idle connections closed to make room for new ones.", "", float64(s.conns.evicted.Load()))
+	var conns surface.ConnStats
+	if s.cfg.Conns != nil {
+		conns = s.cfg.Conns()
+	}
+	m.Metric("rayito_http_connections_refused_total", "counter", "Connections over the limits, served the host routes only or closed.", "", float64(conns.Refused))
+	m.Metric("rayito_http_connections_evicted_total", "counter", "Idle connections closed to make room for new ones.", "", float64(conns.Evicted))
 	h := s.health()
 	m.Metric("rayito_resume_generation", "gauge", "Resumes since the first boot.", "", float64(h.Generation))
 	lost := 0.0

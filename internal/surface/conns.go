@@ -1,4 +1,4 @@
-package endpoint
+package surface
 
 import (
 	"context"
@@ -78,9 +78,6 @@ func fdLimit() uint64 {
 	return rl.Cur
 }
 
-// hostRoutes answer on reserve connections.
-var hostRoutes = map[string]bool{"/health": true, "/v1/init": true, "/v1/resume": true, "/v1/traffic": true, "/metrics": true}
-
 // conn is one accepted connection.
 type conn struct {
 	net.Conn
@@ -97,7 +94,7 @@ type conn struct {
 
 var _ io.ReaderFrom = (*conn)(nil)
 
-// NetConn is the accepted connection itself (for its socket: sendroom.go).
+// NetConn is the accepted connection itself (for its socket: RawSocket).
 func (c *conn) NetConn() net.Conn { return c.Conn }
 
 // ReadFrom keeps the socket's own (sendfile, splice): net/http sends a
@@ -264,7 +261,7 @@ func (t *conns) candidateLocked(reserve bool, skip map[*conn]bool) *conn {
 
 // unread reports whether nc's socket holds bytes the server has not read.
 func unread(nc net.Conn) bool {
-	n, ok := socketCount(rawSocket(nc), unix.SIOCINQ)
+	n, ok := SocketCount(RawSocket(nc), unix.SIOCINQ)
 	return ok && n > 0
 }
 
@@ -351,15 +348,15 @@ func (s *Server) limit(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		shown := s.cfg.Auth.Shown(r)
+		shown := s.auth.Shown(r)
 		if shown {
 			s.conns.authenticated(c)
 		}
 		if c.reserve {
 			// One request, then the reserve slot is free again.
 			w.Header().Set("Connection", "close")
-			if !hostRoutes[r.URL.Path] {
-				writeError(w, http.StatusServiceUnavailable, wire.Errorf(wire.CodeUnavailable, "the agent has too many connections open; try again shortly"))
+			if !s.host[r.URL.Path] {
+				WriteError(w, http.StatusServiceUnavailable, wire.Errorf(wire.CodeUnavailable, "the agent has too many connections open; try again shortly"))
 				dropBody(w, r)
 				return
 			}

@@ -1,4 +1,4 @@
-package endpointtest
+package surfacetest
 
 import (
 	"context"

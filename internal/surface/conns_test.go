@@ -1,4 +1,4 @@
-package endpoint
+package surface
 
 import (
 	"bufio"
@@ -7,41 +7,15 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/rayito/rayito-agent/internal/endpoint/endpointtest"
+	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
 	"go.uber.org/zap"
 )
-
-// served runs another server over a's managers on a real listener, as
-// the agent does (the test agent's httptest server bypasses Serve).
-func (a *testAgent) served(t *testing.T, edit func(*Config)) string {
-	return a.serve(t, edit, func(*Server) {})
-}
-
-// serve is served with prep run on the server before it serves.
-func (a *testAgent) serve(t *testing.T, edit func(*Config), prep func(*Server)) string {
-	cfg := a.srv.cfg
-	edit(&cfg)
-	srv := New(cfg)
-	prep(srv)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(l)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
-	return l.Addr().String()
-}
 
 // rawGet sends a keep-alive GET on c and reads the answer.
 func rawGet(c net.Conn, path, token string) (*http.Response, error) {
@@ -70,8 +44,7 @@ func dialWS(ctx context.Context, addr string) (*websocket.Conn, *http.Response, 
 // closed by the agent, so idle peers cannot pile up.
 func TestIdleKeepAliveClosed(t *testing.T) {
 	t.Parallel()
-	a := newTestAgent(t)
-	addr := a.served(t, func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+	addr := served(t, func(c *Options) { c.IdleTimeout = 300 * time.Millisecond })
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -91,8 +64,7 @@ func TestIdleKeepAliveClosed(t *testing.T) {
 // routes or an authenticated client out.
 func TestConnectionFloodLeavesRoomForHostAndClients(t *testing.T) {
 	t.Parallel()
-	a := newTestAgent(t)
-	addr := a.served(t, func(c *Config) { c.MaxConns = 8 })
+	addr := served(t, func(c *Options) { c.MaxConns = 8 })
 	var flood []net.Conn
 	defer func() {
 		for _, c := range flood {
@@ -154,8 +126,7 @@ func TestConnectionFloodLeavesRoomForHostAndClients(t *testing.T) {
 // the host routes, once, and refuses the rest with 503.
 func TestReserveServesHostRoutesOnly(t *testing.T) {
 	t.Parallel()
-	a := newTestAgent(t)
-	addr := a.served(t, func(c *Config) { c.MaxConns = 4 })
+	addr := served(t, func(c *Options) { c.MaxConns = 4 })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var held []*websocket.Conn
@@ -218,12 +189,10 @@ func slowBody(t *testing.T, addr, method, path string, header ...string) net.Con
 
 // countRequests counts the requests srv starts reading.
 func countRequests(srv *Server, n *atomic.Int64) {
-	state := srv.http.ConnState
-	srv.http.ConnState = func(c net.Conn, s http.ConnState) {
+	srv.onState = func(s http.ConnState) {
 		if s == http.StateActive {
 			n.Add(1)
 		}
-		state(c, s)
 	}
 }
 
@@ -254,13 +223,13 @@ func dialWSWithin(ctx context.Context, t *testing.T, addr string) *websocket.Con
 // token out.
 func TestRefusedSlowBodiesFreeTheirConnections(t *testing.T) {
 	t.Parallel()
-	a := newTestAgent(t)
 	var requests atomic.Int64
-	addr := a.serve(t, func(c *Config) { c.MaxConns = 10 }, func(srv *Server) { // 5 unauthenticated
+	addr := serve(t, func(c *Options) { c.MaxConns = 10 }, func(srv *Server) { // 5 unauthenticated
 		// A surface that refuses without reading the body, as each does.
-		srv.Mount("/surface/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.WriteHeader(http.StatusUnauthorized)
-		}))
+		srv.Mount(Surface{Name: "refusing", Routes: []Route{{Pattern: "/surface/", Access: Public,
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusUnauthorized)
+			})}}})
 		countRequests(srv, &requests)
 	})
 	cases := []struct {
@@ -288,7 +257,7 @@ func TestRefusedSlowBodiesFreeTheirConnections(t *testing.T) {
 	}
 	for i, c := range flood {
 		want := cases[i]
-		status, err := endpointtest.AnsweredAndClosed(c)
+		status, err := surfacetest.AnsweredAndClosed(c)
 		if err != nil {
 			t.Errorf("%s %s with a slow body: %v", want.method, want.path, err)
 		}
@@ -314,13 +283,13 @@ func waitFor(t *testing.T, cond func() bool) {
 // token once they are older than a header may take.
 func TestStaleUnauthenticatedRequestsEvicted(t *testing.T) {
 	t.Parallel()
-	a := newTestAgent(t)
 	var requests atomic.Int64
-	addr := a.serve(t, func(c *Config) { c.MaxConns = 4 }, func(srv *Server) { // 2 unauthenticated
+	addr := serve(t, func(c *Options) { c.MaxConns = 4 }, func(srv *Server) { // 2 unauthenticated
 		srv.conns.stale = 200 * time.Millisecond
-		srv.Mount("/upload", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
-		}))
+		srv.Mount(Surface{Name: "upload", Routes: []Route{{Pattern: "/upload", Access: Public,
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+			})}}})
 		countRequests(srv, &requests)
 	})
 	var flood []net.Conn
@@ -348,8 +317,7 @@ func TestStaleUnauthenticatedRequestsEvicted(t *testing.T) {
 // slow bodies cannot fill the reserve and keep the host out.
 func TestReserveSlowBodiesFreed(t *testing.T) {
 	t.Parallel()
-	a := newTestAgent(t)
-	addr := a.served(t, func(c *Config) { c.MaxConns = 2 })
+	addr := served(t, func(c *Options) { c.MaxConns = 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for range 2 {
@@ -360,7 +328,7 @@ func TestReserveSlowBodiesFreed(t *testing.T) {
 		if i%2 == 0 {
 			path, status = "/health", 405
 		}
-		got, err := endpointtest.AnsweredAndClosed(slowBody(t, addr, "POST", path))
+		got, err := surfacetest.AnsweredAndClosed(slowBody(t, addr, "POST", path))
 		if err != nil || got != status {
 			t.Fatalf("POST %s with a slow body on a reserve connection: %d %v, want %d", path, got, err, status)
 		}
@@ -375,21 +343,21 @@ func TestReserveSlowBodiesFreed(t *testing.T) {
 	}
 }
 
-// TestServeAlsoShutdown: Shutdown stops a listener ServeAlso serves.
-func TestServeAlsoShutdown(t *testing.T) {
+// TestServeOnlyShutdown: Shutdown stops a listener ServeOnly serves.
+func TestServeOnlyShutdown(t *testing.T) {
 	t.Parallel()
-	a := newTestAgent(t)
-	srv := New(a.srv.cfg)
+	srv := New(Options{Auth: NewAuth(testToken)})
+	srv.Mount(Surface{Name: "alone", Routes: []Route{{Pattern: "/alone", Access: Public, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}}})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
 	go func() {
-		served <- srv.ServeAlso(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+		served <- srv.ServeOnly(l, "alone")
 	}()
 	waitFor(t, func() bool {
-		resp, err := http.Get("http://" + l.Addr().String() + "/")
+		resp, err := http.Get("http://" + l.Addr().String() + "/alone")
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -403,10 +371,10 @@ func TestServeAlsoShutdown(t *testing.T) {
 	select {
 	case err := <-served:
 		if err != nil {
-			t.Fatalf("ServeAlso after Shutdown: %v", err)
+			t.Fatalf("ServeOnly after Shutdown: %v", err)
 		}
 	case <-ctx.Done():
-		t.Fatal("ServeAlso still serving after Shutdown")
+		t.Fatal("ServeOnly still serving after Shutdown")
 	}
 }
 
@@ -477,40 +445,4 @@ func TestUnreadRequestNotEvicted(t *testing.T) {
 			t.Errorf("connection %d of %d with an unread request: evicted %v, want only the one after the %d oldest skipped", i, n, c.closed.Load(), maxUnreadSkips)
 		}
 	}
-}
-
-// TestIdleConnectionsStartNoOrderedWorker: a connection gets the worker
-// of ordered ops (execute) with its first such op, so hundreds of idle
-// connections do not each keep an idle goroutine and its stack.
-func TestIdleConnectionsStartNoOrderedWorker(t *testing.T) {
-	a := newTestAgent(t)
-	before := goroutinesIn("(*Session).orderedLoop")
-	conns := make([]*rawConn, 5)
-	for i := range conns {
-		conns[i] = a.dial(t)
-		conns[i].call(map[string]any{"op": "list"})
-	}
-	if n := goroutinesIn("(*Session).orderedLoop"); n > before {
-		t.Fatalf("%d ordered workers after 5 idle connections, %d before", n, before)
-	}
-	// An ordered op starts it (and still gets its answer).
-	resp := conns[0].call(map[string]any{"op": "execute", "code": "1", "kernel": "k999"})
-	if code := errorCode(resp); code != "not_found" {
-		t.Fatalf("execute on an unknown kernel: %v", resp)
-	}
-	if goroutinesIn("(*Session).orderedLoop") == 0 {
-		t.Fatal("no ordered worker after an execute")
-	}
-}
-
-// goroutinesIn counts the goroutines whose stack holds fn.
-func goroutinesIn(fn string) int {
-	buf := make([]byte, 1<<22)
-	n := 0
-	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-		if strings.Contains(g, fn) {
-			n++
-		}
-	}
-	return n
 }

@@ -1,6 +1,6 @@
-// Package endpointtest holds what tests of the agent's HTTP surfaces,
+// Package surfacetest holds what tests of the agent's HTTP surfaces,
 // in several packages, check on a raw connection. Only tests import it.
-package endpointtest
+package surfacetest
 
 import (
 	"bufio"
