@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -202,9 +203,9 @@ func TestResumeEndsExecution(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	a.resumeTo(ctx, 7)
+	a.resume(ctx)
 	l := next()
-	if l.Type != "error" || l.Name != "SandboxResumed" || !strings.Contains(l.Value, "generation 7") {
+	if l.Type != "error" || l.Name != "SandboxResumed" || !strings.Contains(l.Value, "generation 1") {
 		t.Fatalf("after the resume: %+v", l)
 	}
 	if l := next(); l.Type != "" {
@@ -265,3 +266,78 @@ func TestTrafficCounted(t *testing.T) {
 }
 
 func pyString(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// TestResumeKeepsExecutionStartedUnderItsGeneration: a resume ends the
+// /execute responses that began before it, not one that began between
+// the publication of its generation and its cut: that one runs to its
+// own end.
+func TestResumeKeepsExecutionStartedUnderItsGeneration(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t)
+	res, body := a.do(t, "POST", "/contexts", `{"language":"python"}`)
+	var other struct{ ID string }
+	if res.StatusCode != 200 || json.Unmarshal([]byte(body), &other) != nil {
+		t.Fatalf("create context: %d %s", res.StatusCode, body)
+	}
+	dir := t.TempDir()
+	waiting := func(gate, context string) *http.Response {
+		code := "import os, time\nprint('started', flush=True)\nwhile not os.path.exists(" + pyString(gate) + "): time.sleep(0.02)\nprint('done')"
+		b, _ := json.Marshal(map[string]string{"code": code, "context_id": context})
+		req, _ := http.NewRequest("POST", a.url+"/execute", strings.NewReader(string(b)))
+		req.Header.Set("X-Access-Token", testToken)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { res.Body.Close() })
+		return res
+	}
+	lines := func(res *http.Response) <-chan line {
+		out := make(chan line, 64)
+		go func() {
+			defer close(out)
+			sc := bufio.NewScanner(res.Body)
+			for sc.Scan() {
+				var l line
+				json.Unmarshal(sc.Bytes(), &l)
+				out <- l
+			}
+		}()
+		return out
+	}
+	oldGate, freshGate := filepath.Join(dir, "old"), filepath.Join(dir, "fresh")
+	old := lines(waiting(oldGate, ""))
+	for l := range old {
+		if l.Type == "stdout" {
+			break
+		}
+	}
+	var fresh <-chan line
+	a.beforeCut = func() {
+		fresh = lines(waiting(freshGate, other.ID))
+		for l := range fresh { // its response has begun: it is registered
+			if l.Type == "stdout" {
+				break
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a.resume(ctx)
+	var oldEnd line
+	for l := range old {
+		oldEnd = l
+	}
+	if oldEnd.Type != "error" || oldEnd.Name != "SandboxResumed" {
+		t.Fatalf("the /execute from before the resume ended with %+v, want SandboxResumed", oldEnd)
+	}
+	os.WriteFile(freshGate, nil, 0o644)
+	os.WriteFile(oldGate, nil, 0o644)
+	var got []string
+	for l := range fresh {
+		got = append(got, l.Type+":"+l.Name+l.Text)
+	}
+	if strings.Contains(strings.Join(got, " "), "SandboxResumed") || got[len(got)-1] != "end_of_execution:" || !slices.Contains(got, "stdout:done\n") {
+		t.Fatalf("the /execute begun under the resume's generation gave %q, want its own end", got)
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/proc/proctest"
+	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/surface"
 	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
@@ -46,8 +46,10 @@ type agent struct {
 	streams *stream.Registry
 	api     *codeinterp.Server
 	traffic *traffic.Counter
-	cuts    *surface.Cuts
-	gen     *atomic.Uint64
+	resumer *resume.Manager
+	// beforeCut, if set, runs in a resume between the publication of
+	// the new generation and the cut.
+	beforeCut func()
 }
 
 func newAgent(t testing.TB) *agent {
@@ -55,8 +57,18 @@ func newAgent(t testing.TB) *agent {
 	streams := stream.NewRegistry(0)
 	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: reaper})
 	counter := traffic.NewCounter()
-	gen := new(atomic.Uint64)
-	cuts := surface.NewCuts(gen.Load)
+	a := &agent{kernels: kernels, streams: streams, traffic: counter}
+	cuts := surface.NewCuts(func() uint64 { return a.resumer.Generation() })
+	resumer, err := resume.New(resume.Options{Sessions: sessionsFunc(func(ctx context.Context, gen uint64) {
+		if a.beforeCut != nil {
+			a.beforeCut()
+		}
+		cuts.CutForResume(ctx, gen)
+	}), SetClock: func(time.Time) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.resumer = resumer
 	api := codeinterp.New(codeinterp.Options{Kernels: kernels, Cuts: cuts})
 	kit := surface.New(surface.Options{Auth: surface.NewAuth(testToken), Traffic: counter})
 	kit.Mount(endpoint.New(endpoint.Config{Streams: streams, Traffic: counter, Kernels: kernels, Cuts: cuts}).Surface())
@@ -65,15 +77,19 @@ func newAgent(t testing.TB) *agent {
 		kernels.Close()
 		streams.Close()
 	})
-	return &agent{url: hs.URL, kernels: kernels, streams: streams, api: api, traffic: counter, cuts: cuts, gen: gen}
+	a.url, a.api = hs.URL, api
+	return a
 }
 
-// resumeTo is a resume's cut as the agent makes it: generation gen is
-// published, then what started before it is cut.
-func (a *agent) resumeTo(ctx context.Context, gen uint64) {
-	a.gen.Store(gen)
-	a.cuts.CutForResume(ctx, gen)
+// resume runs a resume sequence, as a host's POST /v1/resume does.
+func (a *agent) resume(ctx context.Context) {
+	a.resumer.Resume(ctx, resume.Report{Source: resume.SourceHost})
 }
+
+// sessionsFunc adapts a function to resume.Sessions.
+type sessionsFunc func(ctx context.Context, gen uint64)
+
+func (f sessionsFunc) CutForResume(ctx context.Context, gen uint64) { f(ctx, gen) }
 
 // do sends a request with the access token and returns the response and
 // its body.

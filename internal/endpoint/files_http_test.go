@@ -346,3 +346,44 @@ func TestFilesHTTPTooManyParts(t *testing.T) {
 		t.Fatalf("a refused upload left %d entries", len(entries))
 	}
 }
+
+// TestFilesHTTPPartNamesStayInside: a part of POST /v1/files?path=D may
+// not name a file outside D: "../x" and "a/../../x" are refused with
+// bad_request and nothing of the upload is written; "/abs/x" and
+// "a/../b" stay inside D.
+func TestFilesHTTPPartNamesStayInside(t *testing.T) {
+	a := newTestAgent(t)
+	root := t.TempDir()
+	dir := filepath.Join(root, "d")
+	os.Mkdir(dir, 0o755)
+	upload := func(names ...string) (*http.Response, []byte) {
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		for _, n := range names {
+			part, _ := mw.CreateFormFile("file", n)
+			io.WriteString(part, "x")
+		}
+		mw.Close()
+		return a.fileRequest(t, "POST", url.Values{"path": {dir}}, &body, "Content-Type", mw.FormDataContentType())
+	}
+	for _, bad := range []string{"../escape", "a/../../escape", "..", "ok/../../../escape"} {
+		resp, b := upload("first", bad)
+		if resp.StatusCode != http.StatusBadRequest || httpErrorCode(b) != "bad_request" {
+			t.Errorf("part %q: %d %s, want 400 bad_request", bad, resp.StatusCode, b)
+		}
+		if entries, _ := os.ReadDir(root); len(entries) != 1 {
+			t.Fatalf("part %q: the upload wrote %v beside the directory", bad, entries)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Fatalf("part %q: a refused upload wrote %v", bad, entries)
+		}
+	}
+	if resp, b := upload("/abs/x", "a/../b"); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("names inside: %d %s", resp.StatusCode, b)
+	}
+	for _, p := range []string{"abs/x", "b"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			t.Errorf("%s not written inside the directory: %v", p, err)
+		}
+	}
+}

@@ -471,3 +471,46 @@ func TestWebsocketStdinAndControl(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeKeepsWebsocketsOpenedUnderItsGeneration: a resume cuts the
+// kernel websockets opened before it, not one opened between the
+// publication of its generation and its cut, which goes on working.
+func TestResumeKeepsWebsocketsOpenedUnderItsGeneration(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, false)
+	k := a.startKernel(t)
+	old := a.dialKernel(t, k.ID(), true)
+	old.until(isReply(old.send("shell", "kernel_info_request", map[string]any{}), "kernel_info_reply"))
+	var fresh *wsClient
+	a.beforeCut = func() {
+		fresh = a.dialKernel(t, k.ID(), true)
+		// Answered: the agent has it registered, for the cut to see.
+		fresh.until(isReply(fresh.send("shell", "kernel_info_request", map[string]any{}), "kernel_info_reply"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a.resume(ctx)
+	for {
+		if _, err := old.read(); err != nil {
+			if code := websocket.CloseStatus(err); code != 1012 {
+				t.Fatalf("the websocket from before the resume closed with %v (%v), want 1012", code, err)
+			}
+			break
+		}
+	}
+	id := fresh.send("shell", "execute_request", executeContent("'fresh' * 2"))
+	var result string
+	for _, m := range fresh.until(isReply(id, "execute_reply")) {
+		if m.parentID() == id && m.msgType() == "execute_result" {
+			result = string(m.Content)
+		}
+	}
+	for result == "" {
+		if m := fresh.next(); m.parentID() == id && m.msgType() == "execute_result" {
+			result = string(m.Content)
+		}
+	}
+	if !strings.Contains(result, "freshfresh") {
+		t.Fatalf("the websocket opened under the resume's generation answered %s", result)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/proc/proctest"
+	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/surface"
 	"github.com/rayito/rayito-agent/internal/traffic"
@@ -45,8 +45,10 @@ type agent struct {
 	api     *jupyterapi.Server
 	traffic *traffic.Counter
 	kit     *surface.Server
-	cuts    *surface.Cuts
-	gen     *atomic.Uint64
+	resumer *resume.Manager
+	// beforeCut, if set, runs in a resume between the publication of
+	// the new generation and the cut.
+	beforeCut func()
 }
 
 func newAgent(t testing.TB, legacyOnly bool) *agent {
@@ -54,8 +56,18 @@ func newAgent(t testing.TB, legacyOnly bool) *agent {
 	streams := stream.NewRegistry(0)
 	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: reaper})
 	counter := traffic.NewCounter()
-	gen := new(atomic.Uint64)
-	cuts := surface.NewCuts(gen.Load)
+	a := &agent{kernels: kernels, traffic: counter}
+	cuts := surface.NewCuts(func() uint64 { return a.resumer.Generation() })
+	resumer, err := resume.New(resume.Options{Sessions: sessionsFunc(func(ctx context.Context, gen uint64) {
+		if a.beforeCut != nil {
+			a.beforeCut()
+		}
+		cuts.CutForResume(ctx, gen)
+	}), SetClock: func(time.Time) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.resumer = resumer
 	api := jupyterapi.New(jupyterapi.Options{Kernels: kernels, Traffic: counter, Cuts: cuts, LegacyOnly: legacyOnly})
 	auth := surface.NewAuth(testToken)
 	kit := surface.New(surface.Options{Auth: auth, Traffic: counter})
@@ -71,13 +83,13 @@ func newAgent(t testing.TB, legacyOnly bool) *agent {
 		kernels.Close()
 		streams.Close()
 	})
-	return &agent{url: hs.URL + "/", kernels: kernels, api: api, traffic: counter, kit: kit, cuts: cuts, gen: gen}
+	a.url, a.api, a.kit = hs.URL+"/", api, kit
+	return a
 }
 
-// resume is a resume's cut as the agent makes it: the new generation is
-// published, then what started before it is cut.
+// resume runs a resume sequence, as a host's POST /v1/resume does.
 func (a *agent) resume(ctx context.Context) {
-	a.cuts.CutForResume(ctx, a.gen.Add(1))
+	a.resumer.Resume(ctx, resume.Report{Source: resume.SourceHost})
 }
 
 // stop shuts the agent's surfaces down, as at SIGTERM.
@@ -132,3 +144,8 @@ func (a *agent) doAuth(t testing.TB, method, path, body string, header ...string
 	}
 	return res, string(b)
 }
+
+// sessionsFunc adapts a function to resume.Sessions.
+type sessionsFunc func(ctx context.Context, gen uint64)
+
+func (f sessionsFunc) CutForResume(ctx context.Context, gen uint64) { f(ctx, gen) }
