@@ -298,7 +298,7 @@ func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
 		return nil, err
 	}
 	m.ptys = ptymux.NewManager(m.streams, m.reaper, m.defaults, log.Named("pty"))
-	m.watches = watch.NewManager(m.streams, log.Named("watch"))
+	m.watches = watch.NewManagerWith(m.streams, watch.ManagerOptions{Logger: log.Named("watch"), IsTemp: files.IsTemp})
 	m.kernels = jupyter.NewManager(jupyter.Options{
 		Registry: m.streams, Reaper: m.reaper, Defaults: m.defaults, Logger: log,
 		OnChange: func() {

@@ -137,16 +137,16 @@ func (s *Server) pump(ctx context.Context, out *lineWriter, ex *execution) error
 		}
 		switch it.Kind {
 		case stream.ItemEvent:
-			var ev cellEvent
-			if err := json.Unmarshal(it.Data, &ev); err != nil {
+			ev, err := jupyter.DecodeCellEvent(it.Data)
+			if err != nil {
 				continue
 			}
 			line, ok := eventLine(ev)
 			// E2B reports a cell's first error only.
-			if !ok || (ev.Type == "error" && errored) {
+			if !ok || (ev.Type == jupyter.CellError && errored) {
 				continue
 			}
-			errored = errored || ev.Type == "error"
+			errored = errored || ev.Type == jupyter.CellError
 			if err := out.line(line); err != nil {
 				return err
 			}

@@ -3,20 +3,9 @@ package codeinterp
 import (
 	"encoding/json"
 	"strings"
-)
 
-// cellEvent is a cell stream event (protocol section 6), the fields this
-// API reads.
-type cellEvent struct {
-	Type           string                     `json:"type"`
-	Text           string                     `json:"text"`
-	Main           bool                       `json:"main"`
-	Data           map[string]json.RawMessage `json:"data"`
-	ExecutionCount *int                       `json:"execution_count"`
-	Name           string                     `json:"name"`
-	Value          string                     `json:"value"`
-	Traceback      []string                   `json:"traceback"`
-}
+	"github.com/rayito/rayito-agent/internal/jupyter"
+)
 
 // Output lines of /execute, one JSON object per line.
 type (
@@ -88,15 +77,15 @@ func resultLine(data map[string]json.RawMessage, main bool) map[string]any {
 
 // eventLine translates one cell event; ok is false for events this API
 // has no line for.
-func eventLine(ev cellEvent) (line any, ok bool) {
+func eventLine(ev jupyter.CellEvent) (line any, ok bool) {
 	switch ev.Type {
-	case "stdout", "stderr":
+	case jupyter.CellStdout, jupyter.CellStderr:
 		return textLine{Type: ev.Type, Text: ev.Text}, true
-	case "result":
+	case jupyter.CellResult:
 		return resultLine(ev.Data, ev.Main), true
-	case "display":
+	case jupyter.CellDisplay:
 		return resultLine(ev.Data, false), true
-	case "error":
+	case jupyter.CellError:
 		return errorLine{Type: "error", Name: ev.Name, Value: ev.Value, Traceback: strings.Join(ev.Traceback, "\n")}, true
 	}
 	return nil, false

@@ -203,7 +203,26 @@ func (ss *Session) frame(a *attachment, item stream.Item, written func()) outFra
 			}
 		}
 	case stream.ItemEvent:
-		f.msg = item.Data
+		bp := frameBufs.Get().(*[]byte)
+		msg, ok := appendEvent((*bp)[:0], a.st, item)
+		if !ok {
+			// A producer's body the protocol cannot carry: the client
+			// learns of the hole as of any dropped event.
+			frameBufs.Put(bp)
+			msg, _ = jsonBytes(map[string]any{"event": "gap", "stream": a.st.ID, "channel": item.Channel, "from": item.Offset, "to": item.Offset + 1})
+			f.msg = msg
+			break
+		}
+		f.msg = msg
+		f.release = func() {
+			if cap(msg) <= cap(*bp) { // not grown past the pool's size
+				*bp = msg[:0]
+				frameBufs.Put(bp)
+			}
+			if written != nil {
+				written()
+			}
+		}
 	case stream.ItemGap:
 		f.msg, _ = jsonBytes(map[string]any{"event": "gap", "stream": a.st.ID, "channel": item.Channel, "from": item.From, "to": item.To})
 	case stream.ItemEnd:

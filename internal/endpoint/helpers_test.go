@@ -85,7 +85,7 @@ func buildTestAgent(t testing.TB, counter *traffic.Counter, token string, limits
 		t.Fatal(err)
 	}
 	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
-	watches := watch.NewManager(streams, nil)
+	watches := watch.NewManagerWith(streams, watch.ManagerOptions{IsTemp: files.IsTemp})
 	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: testReaper(t), Defaults: defaults})
 	fm, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir()})
 	if err != nil {

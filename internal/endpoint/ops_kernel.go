@@ -24,7 +24,7 @@ type Kernels interface {
 
 // JupyterSender is the Control of a kernel_channels stream.
 type JupyterSender interface {
-	Send(msg json.RawMessage) error
+	Send(ctx context.Context, msg json.RawMessage) error
 }
 
 // kernelStartBound bounds how long a request waits for a kernel to come
@@ -42,7 +42,10 @@ func (s *Server) kernelOps(ops map[string]op) {
 	ops["execute"] = op{fn: s.opExecute, ordered: true}
 	ops["input_reply"] = op{fn: s.opInputReply}
 	ops["kernel_channels"] = op{fn: s.opKernelChannels}
-	ops["jupyter_send"] = op{fn: s.opJupyterSend}
+	// Ordered: a message sent while the kernel restarts waits for the new
+	// process (jupyter.Relay), off the connection's reader, and the ones
+	// behind it keep their order.
+	ops["jupyter_send"] = op{fn: s.opJupyterSend, ordered: true}
 }
 
 func (s *Server) opKernelStart(c *call) (any, error) {
@@ -186,5 +189,5 @@ func (s *Server) opJupyterSend(c *call) (any, error) {
 	if len(p.Msg) == 0 {
 		return nil, wire.Errorf(wire.CodeBadRequest, "jupyter_send needs a msg")
 	}
-	return nil, js.Send(p.Msg)
+	return nil, js.Send(c.ss.ctx, p.Msg)
 }

@@ -2,12 +2,13 @@ package endpoint
 
 import (
 	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/watch"
 	"github.com/rayito/rayito-agent/internal/wire"
 )
 
 // Watches watches directories; watch.Manager implements it.
 type Watches interface {
-	Watch(path string, recursive bool) (*stream.Stream, error)
+	WatchWith(path string, o watch.Options) (*stream.Stream, error)
 	Unwatch(id uint64) error
 }
 
@@ -21,6 +22,7 @@ func (s *Server) opWatch(c *call) (any, error) {
 		wire.Envelope
 		Path      string `json:"path"`
 		Recursive bool   `json:"recursive"`
+		HideTemp  bool   `json:"hide_temp"`
 		Attach    *bool  `json:"attach"`
 	}
 	if err := c.params(&p); err != nil {
@@ -30,7 +32,7 @@ func (s *Server) opWatch(c *call) (any, error) {
 		return nil, wire.Errorf(wire.CodeBadRequest, "watch needs a path")
 	}
 	return s.create(c, p.Attach, func() (*stream.Stream, map[string]any, error) {
-		st, err := s.cfg.Watches.Watch(p.Path, p.Recursive)
+		st, err := s.cfg.Watches.WatchWith(p.Path, watch.Options{Recursive: p.Recursive, HideTemp: p.HideTemp})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -87,7 +87,7 @@ func newAgent(t testing.TB, o agentOptions) *agent {
 	defaults.Set(o.user, "", nil)
 	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
 	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
-	watches := watch.NewManager(streams, nil)
+	watches := watch.NewManagerWith(streams, watch.ManagerOptions{IsTemp: files.IsTemp})
 	fileMgr, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/surface"
+	"github.com/rayito/rayito-agent/internal/watch"
 )
 
 // The managers the API runs on, as the small interfaces it needs.
@@ -31,7 +32,7 @@ type (
 	}
 	// Watches watches directories; watch.Manager implements it.
 	Watches interface {
-		Watch(path string, recursive bool) (*stream.Stream, error)
+		WatchWith(path string, o watch.Options) (*stream.Stream, error)
 		Unwatch(id uint64) error
 	}
 	// Users says who a request runs as and where their home is;

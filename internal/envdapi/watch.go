@@ -2,31 +2,31 @@ package envdapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"path/filepath"
 
 	"connectrpc.com/connect"
 
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/filesystem"
-	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/watch"
 )
 
-// eventTypes maps the native protocol's fs event ops to envd's types.
-var eventTypes = map[string]filesystem.EventType{
-	watch.OpCreate.String(): filesystem.EventType_EVENT_TYPE_CREATE,
-	watch.OpWrite.String():  filesystem.EventType_EVENT_TYPE_WRITE,
-	watch.OpRemove.String(): filesystem.EventType_EVENT_TYPE_REMOVE,
-	watch.OpRename.String(): filesystem.EventType_EVENT_TYPE_RENAME,
-	watch.OpChmod.String():  filesystem.EventType_EVENT_TYPE_CHMOD,
+// eventTypes maps a watch's ops to envd's event types.
+var eventTypes = map[watch.Op]filesystem.EventType{
+	watch.OpCreate: filesystem.EventType_EVENT_TYPE_CREATE,
+	watch.OpWrite:  filesystem.EventType_EVENT_TYPE_WRITE,
+	watch.OpRemove: filesystem.EventType_EVENT_TYPE_REMOVE,
+	watch.OpRename: filesystem.EventType_EVENT_TYPE_RENAME,
+	watch.OpChmod:  filesystem.EventType_EVENT_TYPE_CHMOD,
 }
 
-// fsEvent is the part of a native fs event the translation reads.
-type fsEvent struct {
-	Op   string `json:"op"`
-	Path string `json:"path"`
+// watchOptions are how envd's watches report: envd writes files in place
+// and its clients wait for a write of the file, so the agent's atomic
+// writes are reported as a create and a write of the target, without
+// the temporary file's own events.
+func watchOptions(recursive bool) watch.Options {
+	return watch.Options{Recursive: recursive, HideTemp: true}
 }
 
 // WatchDir streams a directory's changes, with names relative to it, until
@@ -41,7 +41,7 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	if err != nil {
 		return err
 	}
-	st, err := s.cfg.Watches.Watch(path, req.Msg.GetRecursive())
+	st, err := s.cfg.Watches.WatchWith(path, watchOptions(req.Msg.GetRecursive()))
 	if err != nil {
 		return connectError(err)
 	}
@@ -58,7 +58,6 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 		return err
 	}
 	keepalive := keepaliveInterval(req.Header())
-	events := translator{dir: path}
 	for {
 		item, err := nextItem(ctx, att, nil, keepalive)
 		switch {
@@ -74,17 +73,15 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 		}
 		switch item.Kind {
 		case stream.ItemEvent:
-			evs, err := events.translate(item.Data)
+			ev, err := envdEvent(path, item.Data)
 			if err != nil {
 				return err
 			}
-			for _, ev := range evs {
-				if req.Msg.GetIncludeEntry() {
-					ev.Entry = s.eventEntry(user, path, ev.GetName())
-				}
-				if err := out.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
-					return err
-				}
+			if req.Msg.GetIncludeEntry() {
+				ev.Entry = s.eventEntry(user, path, ev.GetName())
+			}
+			if err := out.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
+				return err
 			}
 			att.Ack(map[string]uint64{item.Channel: att.Sent()[item.Channel]})
 		case stream.ItemGap:
@@ -98,49 +95,26 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	}
 }
 
-// translator turns native fs events into envd's, named relative to the
-// watched directory. The file manager writes a file atomically: a
-// temporary file next to it, renamed over it. envd writes in place, and
-// its clients wait for a write of the file; so the temporary file's own
-// events are left out, and the create its rename gives the target is
-// followed by a write. An overflow (events lost in the kernel or the
+// envdEvent translates one watch event into envd's, named relative to
+// the watched directory. An overflow (events lost in the kernel or the
 // buffer) has no envd event and ends the watch with data_loss.
-type translator struct {
-	dir string
-	// committed is the directory in which the previous event renamed a
-	// temporary file: the next event is that rename's create.
-	committed string
-}
-
-func (t *translator) translate(raw []byte) ([]*filesystem.FilesystemEvent, error) {
-	var e fsEvent
-	if err := json.Unmarshal(raw, &e); err != nil {
-		return nil, errorf(connect.CodeInternal, "undecodable watch event: %v", err)
+func envdEvent(dir string, raw []byte) (*filesystem.FilesystemEvent, error) {
+	e, err := watch.DecodeEvent(raw)
+	if err != nil {
+		return nil, errorf(connect.CodeInternal, "%v", err)
 	}
-	if e.Op == watch.OpOverflow.String() {
-		return nil, errLostEvents(t.dir)
+	if e.Op == watch.OpOverflow {
+		return nil, errLostEvents(dir)
 	}
 	typ, ok := eventTypes[e.Op]
 	if !ok {
-		return nil, errorf(connect.CodeInternal, "watch event with unknown op %q", e.Op)
+		return nil, errorf(connect.CodeInternal, "watch event with op %s", e.Op)
 	}
-	committed := t.committed
-	t.committed = ""
-	if files.IsTemp(e.Path) {
-		if typ == filesystem.EventType_EVENT_TYPE_RENAME {
-			t.committed = filepath.Dir(e.Path)
-		}
-		return nil, nil
-	}
-	name, err := filepath.Rel(t.dir, e.Path)
+	name, err := filepath.Rel(dir, e.Path)
 	if err != nil {
 		name = e.Path
 	}
-	out := []*filesystem.FilesystemEvent{{Name: name, Type: typ}}
-	if typ == filesystem.EventType_EVENT_TYPE_CREATE && committed == filepath.Dir(e.Path) {
-		out = append(out, &filesystem.FilesystemEvent{Name: name, Type: filesystem.EventType_EVENT_TYPE_WRITE})
-	}
-	return out, nil
+	return &filesystem.FilesystemEvent{Name: name, Type: typ}, nil
 }
 
 // eventEntry describes the entry an event names, in the watched dir, as

@@ -22,7 +22,7 @@ func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 	if err != nil {
 		return nil, err
 	}
-	st, err := f.s.cfg.Watches.Watch(path, req.Msg.GetRecursive())
+	st, err := f.s.cfg.Watches.WatchWith(path, watchOptions(req.Msg.GetRecursive()))
 	if err != nil {
 		return nil, connectError(err)
 	}
@@ -45,7 +45,6 @@ func (f *filesystemService) GetWatcherEvents(ctx context.Context, req *connect.R
 	now, cancel := context.WithCancel(ctx)
 	cancel()
 	resp := &filesystem.GetWatcherEventsResponse{}
-	events := translator{dir: dir}
 	for {
 		item, err := att.Next(now, nil, 0)
 		if err != nil {
@@ -53,11 +52,11 @@ func (f *filesystemService) GetWatcherEvents(ctx context.Context, req *connect.R
 		}
 		switch item.Kind {
 		case stream.ItemEvent:
-			evs, err := events.translate(item.Data)
+			ev, err := envdEvent(dir, item.Data)
 			if err != nil {
 				return nil, err
 			}
-			resp.Events = append(resp.Events, evs...)
+			resp.Events = append(resp.Events, ev)
 			continue
 		case stream.ItemGap:
 			return nil, errLostEvents(dir)

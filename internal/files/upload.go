@@ -180,7 +180,7 @@ func (u *Upload) run() {
 			u.mu.Unlock()
 			if written-reported >= progressEvery || empty {
 				reported = written
-				events.Append(progressEvent(u.st.ID, written))
+				events.Append(progressEvent(written))
 			}
 			continue
 		case closing:
@@ -237,16 +237,10 @@ func (u *Upload) end(err error) {
 	u.m.finish(u.st, err)
 }
 
-// progressEvent encodes {"event":"progress","stream":S,"seq":N,"written":W}.
-func progressEvent(id uint64, written int64) func(seq uint64) []byte {
-	return func(seq uint64) []byte {
-		b := make([]byte, 0, 80)
-		b = append(b, `{"event":"progress","stream":`...)
-		b = strconv.AppendUint(b, id, 10)
-		b = append(b, `,"seq":`...)
-		b = strconv.AppendUint(b, seq, 10)
-		b = append(b, `,"written":`...)
-		b = strconv.AppendInt(b, written, 10)
-		return append(b, '}')
-	}
+// progressEvent is a progress event's body: {"written":W} (the native
+// protocol sends it as {"event":"progress","stream","seq","written"}).
+func progressEvent(written int64) func(seq uint64) []byte {
+	b := strconv.AppendInt([]byte(`{"written":`), written, 10)
+	b = append(b, '}')
+	return func(uint64) []byte { return b }
 }

@@ -3,7 +3,6 @@ package jupyter
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -28,7 +27,6 @@ const EventsChannel = "events"
 type cell struct {
 	s          *stream.Stream
 	log        *stream.Log
-	prefix     []byte // `{"event":"cell","stream":S,"seq":`
 	code       string
 	timeout    time.Duration
 	allowStdin bool
@@ -58,56 +56,20 @@ func newCellStream(reg *stream.Registry, code string, timeout time.Duration, all
 		Control:  c,
 	})
 	c.log = c.s.Log(EventsChannel)
-	c.prefix = []byte(`{"event":"cell","stream":` + strconv.FormatUint(c.s.ID, 10) + `,"seq":`)
 	return c
 }
 
-// Cell event bodies, one type per event so each encodes exactly the
-// protocol's fields.
-type (
-	textEvent struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	resultEvent struct {
-		Type           string          `json:"type"`
-		Main           bool            `json:"main"`
-		Data           json.RawMessage `json:"data"`
-		ExecutionCount *int            `json:"execution_count"`
-	}
-	displayEvent struct {
-		Type string          `json:"type"`
-		Data json.RawMessage `json:"data"`
-	}
-	errorEvent struct {
-		Type      string   `json:"type"`
-		Name      string   `json:"name"`
-		Value     string   `json:"value"`
-		Traceback []string `json:"traceback"`
-	}
-	inputEvent struct {
-		Type     string `json:"type"`
-		Prompt   string `json:"prompt"`
-		Password bool   `json:"password"`
-	}
-)
-
-// emit appends one cell event. Events after the end are dropped.
+// emit appends one cell event body (cellevent.go). Events after the end
+// are dropped.
 func (c *cell) emit(body any) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return
 	}
-	c.log.Append(func(seq uint64) []byte {
-		ev := make([]byte, 0, len(c.prefix)+20+len(b))
-		ev = append(ev, c.prefix...)
-		ev = strconv.AppendUint(ev, seq, 10)
-		ev = append(ev, ',')
-		return append(ev, b[1:]...)
-	})
+	c.log.Append(func(uint64) []byte { return b })
 }
 
-func (c *cell) note(text string) { c.emit(textEvent{Type: "stderr", Text: text}) }
+func (c *cell) note(text string) { c.emit(textEvent{Type: CellStderr, Text: text}) }
 
 // start sends the execute request on inst, unless the cell already ended.
 func (c *cell) start(inst *instance) {
@@ -170,18 +132,18 @@ func (c *cell) deliver(ch channel, m *message) {
 			c.emit(textEvent{Type: body.Name, Text: body.Text})
 		}
 	case ch == chIOPub && m.MsgType == "execute_result":
-		c.emit(resultEvent{Type: "result", Main: true, Data: orEmpty(body.Data), ExecutionCount: body.ExecutionCount})
+		c.emit(resultEvent{Type: CellResult, Main: true, Data: orEmpty(body.Data), ExecutionCount: body.ExecutionCount})
 	case ch == chIOPub && (m.MsgType == "display_data" || m.MsgType == "update_display_data"):
-		c.emit(displayEvent{Type: "display", Data: orEmpty(body.Data)})
+		c.emit(displayEvent{Type: CellDisplay, Data: orEmpty(body.Data)})
 	case ch == chIOPub && m.MsgType == "error":
-		c.emit(errorEvent{Type: "error", Name: body.EName, Value: body.EValue, Traceback: orNone(body.Traceback)})
+		c.emit(errorEvent{Type: CellError, Name: body.EName, Value: body.EValue, Traceback: orNone(body.Traceback)})
 	case ch == chIOPub && m.MsgType == "status" && body.ExecutionState == "idle":
 		c.idle = true
 	case ch == chShell && m.MsgType == "execute_reply":
 		c.replied, c.status, c.count = true, body.Status, body.ExecutionCount
 	case ch == chStdin && m.MsgType == "input_request":
 		c.input = m
-		c.emit(inputEvent{Type: "input_request", Prompt: body.Prompt, Password: body.Password})
+		c.emit(inputEvent{Type: CellInputRequest, Prompt: body.Prompt, Password: body.Password})
 	}
 	// Outputs precede idle on iopub, so reply plus idle means everything
 	// the cell printed is in the log.

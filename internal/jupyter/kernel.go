@@ -48,11 +48,15 @@ type Kernel struct {
 	// cancelLaunch stops the start or restart in progress; set under mu.
 	cancelLaunch context.CancelFunc
 
-	mu      sync.Mutex
-	inst    *instance // nil while (re)starting
-	exec    State     // starting, idle or busy, from iopub status
-	died    string    // why the kernel is dead; "" while it is not
-	lost    bool      // failed the last survival check
+	mu   sync.Mutex
+	inst *instance // nil while (re)starting
+	// ready is closed once the kernel has a process, or can have none
+	// (dead, shut down); a restart replaces it with an open one. What
+	// must go to the process waits on it (currentWait).
+	ready   chan struct{}
+	exec    State  // starting, idle or busy, from iopub status
+	died    string // why the kernel is dead; "" while it is not
+	lost    bool   // failed the last survival check
 	shut    bool
 	count   int
 	queue   []*cell
@@ -68,6 +72,7 @@ func newKernel(m *Manager, id string, spec *kernelspec, opts StartOptions) *Kern
 		id: id, spec: spec, opts: opts, m: m, log: m.log.With(zap.String("kernel", id)),
 		wake: make(chan struct{}, 1), done: make(chan struct{}), closed: make(chan struct{}),
 		exec: StateStarting, relays: map[*Relay]struct{}{}, activity: time.Now(),
+		ready: make(chan struct{}),
 	}
 	go k.run()
 	return k

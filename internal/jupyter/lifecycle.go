@@ -88,6 +88,7 @@ func (k *Kernel) setInstance(inst *instance) bool {
 		return false
 	}
 	k.inst, k.exec, k.died, k.lost = inst, StateIdle, "", false
+	k.readyLocked()
 	k.poke()
 	k.mu.Unlock()
 	if !inst.alive() {
@@ -114,7 +115,7 @@ func (k *Kernel) onExit(inst *instance) {
 	k.log.Warn("kernel died", zap.String("how", why), zap.String("output", lastLines(strings.TrimSpace(inst.tail.String()), 5)))
 	msg := fmt.Sprintf("kernel %s died (%s)", k.id, why)
 	if running != nil {
-		running.emit(errorEvent{Type: "error", Name: "KernelDied", Value: msg, Traceback: []string{}})
+		running.emit(errorEvent{Type: CellError, Name: "KernelDied", Value: msg, Traceback: []string{}})
 		running.finish(doneEnd(StatusError, nil, msg))
 	}
 	for _, c := range queued {
@@ -127,6 +128,37 @@ func (k *Kernel) takeCellsLocked() (*cell, []*cell) {
 	running, queued := k.running, k.queue
 	k.running, k.queue = nil, nil
 	return running, queued
+}
+
+// readyLocked says the kernel is no longer starting: it has a process,
+// or it died or was shut down.
+func (k *Kernel) readyLocked() {
+	select {
+	case <-k.ready:
+	default:
+		close(k.ready)
+	}
+}
+
+// currentWait is current, waiting while the kernel (re)starts, within
+// ctx: a message sent during a restart goes to the new process, as
+// jupyter_server's queues deliver it (a client reconnecting during a
+// restart sends kernel_info_request at once and waits for its reply).
+func (k *Kernel) currentWait(ctx context.Context) (*instance, error) {
+	for {
+		k.mu.Lock()
+		ready := k.ready
+		starting := k.inst == nil && !k.shut && k.died == ""
+		k.mu.Unlock()
+		if !starting {
+			return k.current()
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return k.current()
+		}
+	}
 }
 
 // current returns the running process, or an error saying why there is none.
@@ -160,6 +192,8 @@ func (k *Kernel) restart(ctx context.Context) error {
 	}
 	busy := k.exec == StateBusy
 	k.inst, k.exec, k.died, k.lost = nil, StateStarting, "", false
+	k.readyLocked()
+	k.ready = make(chan struct{})
 	running, queued := k.takeCellsLocked()
 	k.mu.Unlock()
 	msg := fmt.Sprintf("kernel %s was restarted", k.id)
@@ -194,6 +228,7 @@ func (k *Kernel) restartFailed(err error) {
 		return // shutdown ended the cells
 	}
 	k.died = "restart failed: " + err.Error()
+	k.readyLocked()
 	running, queued := k.takeCellsLocked()
 	k.mu.Unlock()
 	k.log.Warn("kernel restart failed", zap.Error(err))
@@ -229,6 +264,7 @@ func (k *Kernel) close(ctx context.Context, cellEnd stream.End) {
 		return
 	}
 	k.shut = true
+	k.readyLocked()
 	if k.cancelLaunch != nil {
 		k.cancelLaunch()
 	}

@@ -99,7 +99,7 @@ type event struct {
 	Traceback      []string                   `json:"traceback"`
 	Prompt         string                     `json:"prompt"`
 	Password       *bool                      `json:"password"`
-	Msg            *wireMsg                   `json:"msg"`
+	Msg            *Msg                       `json:"msg"`
 }
 
 func (e event) text(mime string) string {
@@ -144,11 +144,19 @@ func (r *reader) next() (event, *stream.End) {
 	}
 	switch it.Kind {
 	case stream.ItemEvent:
-		var ev event
-		if err := json.Unmarshal(it.Data, &ev); err != nil {
+		// What the native protocol sends: the stream, the seq, and the
+		// event: a relay's message, a cell's event body.
+		ev := event{Stream: r.a.Stream().ID, Seq: it.Offset, Event: "cell"}
+		if r.a.Stream().Kind == stream.KindChannels {
+			m, err := DecodeMsg(it.Data)
+			if err != nil {
+				r.t.Fatalf("bad relay event: %v", err)
+			}
+			ev.Event, ev.Msg = "jupyter", &m
+		} else if err := json.Unmarshal(it.Data, &ev); err != nil {
 			r.t.Fatalf("bad event %s: %v", it.Data, err)
 		}
-		if ev.Seq != r.last+1 || ev.Stream != r.a.Stream().ID {
+		if ev.Seq != r.last+1 {
 			r.t.Fatalf("event %s after seq %d on stream %d", it.Data, r.last, r.a.Stream().ID)
 		}
 		r.last = ev.Seq

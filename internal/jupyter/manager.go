@@ -298,25 +298,53 @@ func (m *Manager) Interrupt(id string) error {
 }
 
 // Restart replaces the kernel's process with a fresh one under the same
-// id, and returns once the new one is ready. Works on dead and lost kernels.
+// id, and returns once the new one is ready. Works on dead and lost
+// kernels. The restart runs to its end within its own bound, whoever
+// waits for it: one half done when its caller goes away would leave the
+// kernel without a process. ctx bounds only the wait; a caller that stops
+// waiting gets unavailable and the kernel its new process all the same.
 func (m *Manager) Restart(ctx context.Context, id string) error {
 	k, err := m.Get(id)
 	if err != nil {
 		return err
 	}
-	return k.restart(ctx)
+	return runToEnd(ctx, restartBound, func(ctx context.Context) error { return k.restart(ctx) },
+		"kernel %s is still restarting", id)
 }
 
 // Shutdown stops the kernel and ends its cell and relay streams with
-// reason closed. The id is forgotten at once.
+// reason closed. The id is forgotten at once. Like Restart, the shutdown
+// runs to its end within its own bound (closeTimeout), whoever waits.
 func (m *Manager) Shutdown(ctx context.Context, id string) error {
 	k, err := m.Get(id)
 	if err != nil {
 		return err
 	}
 	m.forget(k)
-	k.shutdown(ctx)
-	return nil
+	return runToEnd(ctx, closeTimeout, func(ctx context.Context) error { k.shutdown(ctx); return nil },
+		"kernel %s is still shutting down", id)
+}
+
+// restartBound bounds a restart: stopping the old process, then starting
+// a new one.
+const restartBound = stopPolite + stopTerm + stopKill + startTimeout
+
+// runToEnd runs op with a context of its own, bounded by bound and not
+// cancelled with ctx, and waits for it, or for ctx: then it returns
+// unavailable (format and id say what is still going on) while op goes on.
+func runToEnd(ctx context.Context, bound time.Duration, op func(context.Context) error, format, id string) error {
+	done := make(chan error, 1)
+	go func() {
+		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
+		defer cancel()
+		done <- op(octx)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return wire.Errorf(wire.CodeUnavailable, format+" (it goes on)", id)
+	}
 }
 
 func (m *Manager) forget(k *Kernel) {

@@ -2,10 +2,8 @@ package jupyter
 
 import (
 	"bytes"
-	"encoding/base64"
+	"context"
 	"encoding/json"
-	"fmt"
-	"strconv"
 	"sync"
 
 	"github.com/rayito/rayito-agent/internal/stream"
@@ -24,10 +22,9 @@ const relayRequests = 1024
 // use; the relay lives across restarts and ends when the kernel is shut
 // down or Close is called.
 type Relay struct {
-	k      *Kernel
-	s      *stream.Stream
-	log    *stream.Log
-	prefix []byte
+	k   *Kernel
+	s   *stream.Stream
+	log *stream.Log
 
 	mu    sync.Mutex
 	sent  []sentRequest // oldest first
@@ -39,16 +36,6 @@ type sentRequest struct {
 	msgID string
 }
 
-// wireMsg is a message as clients see it, jupyter_server's JSON shape.
-type wireMsg struct {
-	Channel  string          `json:"channel"`
-	Header   json.RawMessage `json:"header"`
-	Parent   json.RawMessage `json:"parent_header"`
-	Metadata json.RawMessage `json:"metadata"`
-	Content  json.RawMessage `json:"content"`
-	Buffers  []string        `json:"buffers,omitempty"`
-}
-
 func newRelay(k *Kernel) *Relay {
 	r := &Relay{k: k}
 	r.s = k.m.reg.Create(stream.Config{
@@ -57,7 +44,6 @@ func newRelay(k *Kernel) *Relay {
 		Control:  r,
 	})
 	r.log = r.s.Log(EventsChannel)
-	r.prefix = []byte(`{"event":"jupyter","stream":` + strconv.FormatUint(r.s.ID, 10) + `,"seq":`)
 	return r
 }
 
@@ -69,25 +55,25 @@ func (r *Relay) Stream() *stream.Stream { return r.s }
 // optional base64 "buffers"; channel is shell, control or stdin, and
 // header needs at least msg_type (msg_id, session, date, username and
 // version are filled in when missing).
-func (r *Relay) Send(msg json.RawMessage) error {
-	var in wireMsg
-	if err := json.Unmarshal(msg, &in); err != nil {
+func (r *Relay) Send(ctx context.Context, msg json.RawMessage) error {
+	var m Msg
+	if err := json.Unmarshal(msg, &m); err != nil {
 		return wire.Errorf(wire.CodeBadRequest, "jupyter message: %v", err)
 	}
-	m, err := in.msg()
-	if err != nil {
-		return wire.Errorf(wire.CodeBadRequest, "jupyter message: %v", err)
-	}
-	return r.SendMsg(m)
+	return r.SendMsg(ctx, m)
 }
 
-// SendMsg is Send for a message already split into its parts.
-func (r *Relay) SendMsg(in Msg) error {
+// SendMsg is Send for a message already split into its parts. A message
+// sent while the kernel (re)starts waits for the new process, within ctx
+// and the bound of a start; then it is unavailable.
+func (r *Relay) SendMsg(ctx context.Context, in Msg) error {
 	ch := channel(in.Channel)
 	if ch != chShell && ch != chControl && ch != chStdin {
 		return wire.Errorf(wire.CodeBadRequest, "jupyter message: channel must be shell, control or stdin, not %q", in.Channel)
 	}
-	inst, err := r.k.current()
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	inst, err := r.k.currentWait(ctx)
+	cancel()
 	if err != nil {
 		return err
 	}
@@ -167,24 +153,14 @@ func (r *Relay) deliver(ch channel, m *message) {
 	}
 }
 
-// publish appends one message as a `jupyter` event.
+// publish appends one message to the relay's stream, in Msg.Encode's
+// framing.
 func (r *Relay) publish(ch channel, m *message) {
-	out := wireMsg{Channel: string(ch), Header: m.Header, Parent: m.Parent, Metadata: m.Metadata, Content: m.Content}
-	for _, b := range m.Buffers {
-		out.Buffers = append(out.Buffers, base64.StdEncoding.EncodeToString(b))
+	if !isObject(m.Metadata) || !isObject(m.Content) {
+		return // the kernel sent parts that are not JSON objects
 	}
-	body, err := json.Marshal(out)
-	if err != nil {
-		return // the kernel sent parts that are not JSON
-	}
-	r.log.Append(func(seq uint64) []byte {
-		ev := make([]byte, 0, len(r.prefix)+30+len(body))
-		ev = append(ev, r.prefix...)
-		ev = strconv.AppendUint(ev, seq, 10)
-		ev = append(ev, `,"msg":`...)
-		ev = append(ev, body...)
-		return append(ev, '}')
-	})
+	ev := Msg{Channel: string(ch), Header: m.Header, Parent: m.Parent, Metadata: m.Metadata, Content: m.Content, Buffers: m.Buffers}.Encode()
+	r.log.Append(func(uint64) []byte { return ev })
 }
 
 // Close ends the relay's stream with reason closed.
@@ -205,47 +181,4 @@ func (r *Relay) end(e stream.End) {
 		s.conn.unregister(s.msgID)
 	}
 	r.s.Finish(e)
-}
-
-// Msg is a Jupyter message as clients exchange it with jupyter_server: a
-// channel name, the four JSON parts and the binary buffers.
-type Msg struct {
-	Channel  string
-	Header   json.RawMessage
-	Parent   json.RawMessage
-	Metadata json.RawMessage
-	Content  json.RawMessage
-	Buffers  [][]byte
-}
-
-// DecodeRelayEvent returns the message of one event read from a relay's
-// stream (`{"event":"jupyter",...,"msg":{...}}`).
-func DecodeRelayEvent(ev []byte) (Msg, error) {
-	var e struct {
-		Msg *wireMsg `json:"msg"`
-	}
-	if err := json.Unmarshal(ev, &e); err != nil {
-		return Msg{}, fmt.Errorf("jupyter: relay event: %w", err)
-	}
-	if e.Msg == nil {
-		return Msg{}, fmt.Errorf("jupyter: relay event without a msg")
-	}
-	m, err := e.Msg.msg()
-	if err != nil {
-		return Msg{}, fmt.Errorf("jupyter: relay event: %w", err)
-	}
-	return m, nil
-}
-
-// msg decodes the buffers.
-func (w *wireMsg) msg() (Msg, error) {
-	m := Msg{Channel: w.Channel, Header: w.Header, Parent: w.Parent, Metadata: w.Metadata, Content: w.Content}
-	for i, b := range w.Buffers {
-		buf, err := base64.StdEncoding.DecodeString(b)
-		if err != nil {
-			return Msg{}, fmt.Errorf("buffers[%d] is not base64: %v", i, err)
-		}
-		m.Buffers = append(m.Buffers, buf)
-	}
-	return m, nil
 }

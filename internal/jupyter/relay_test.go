@@ -1,6 +1,7 @@
 package jupyter
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -10,7 +11,7 @@ import (
 
 // sender is what the endpoint asserts on a kernel_channels stream's Control.
 type sender interface {
-	Send(msg json.RawMessage) error
+	Send(ctx context.Context, msg json.RawMessage) error
 }
 
 func TestRelayBothWays(t *testing.T) {
@@ -30,7 +31,7 @@ func TestRelayBothWays(t *testing.T) {
 	msgID := "relay-" + newID()
 	req := fmt.Sprintf(`{"channel":"shell","header":{"msg_type":"execute_request","msg_id":%q},"parent_header":{},"metadata":{},
 		"content":{"code":"relay_v = 6 * 7\nrelay_v","silent":false,"store_history":true,"user_expressions":{},"allow_stdin":false}}`, msgID)
-	if err := relay.Send(json.RawMessage(req)); err != nil {
+	if err := relay.Send(context.Background(), json.RawMessage(req)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -83,14 +84,14 @@ func TestRelayBothWays(t *testing.T) {
 		`{"channel":"shell","header":{"msg_type":"kernel_info_request"},"content":[1]}`,
 		`{"channel":"shell","header":{"msg_type":"kernel_info_request"},"buffers":["%%%"]}`,
 	} {
-		wantCode(t, relay.Send(json.RawMessage(bad)), "bad_request")
+		wantCode(t, relay.Send(context.Background(), json.RawMessage(bad)), "bad_request")
 	}
 
 	rs.Control.(*Relay).Close()
 	if end := rs.Ended(); end == nil || end.Reason != stream.ReasonClosed {
 		t.Fatalf("closed relay end %+v", end)
 	}
-	wantCode(t, relay.Send(json.RawMessage(req)), "not_found")
+	wantCode(t, relay.Send(context.Background(), json.RawMessage(req)), "not_found")
 }
 
 // TestRelaySurvivesBadMessages: every bad message a client sends gets a
@@ -116,7 +117,7 @@ func TestRelaySurvivesBadMessages(t *testing.T) {
 	cellID := c.msgID
 	c.mu.Unlock()
 	steal := fmt.Sprintf(`{"channel":"shell","header":{"msg_type":"kernel_info_request","msg_id":%q},"content":{}}`, cellID)
-	wantCode(t, relay.Send(json.RawMessage(steal)), "conflict")
+	wantCode(t, relay.Send(context.Background(), json.RawMessage(steal)), "conflict")
 
 	for _, bad := range []string{
 		`{"channel":"shell","header":{"msg_type":"kernel_info_request"}`,
@@ -130,7 +131,7 @@ func TestRelaySurvivesBadMessages(t *testing.T) {
 		`{"channel":"shell","header":{"msg_type":"kernel_info_request"},"metadata":"x"}`,
 		`{"channel":"shell","header":{"msg_type":"kernel_info_request"},"parent_header":[]}`,
 	} {
-		wantCode(t, relay.Send(json.RawMessage(bad)), "bad_request")
+		wantCode(t, relay.Send(context.Background(), json.RawMessage(bad)), "bad_request")
 	}
 	evs, end := cr.all()
 	wantStatus(t, end, StatusOK)
@@ -140,7 +141,7 @@ func TestRelaySurvivesBadMessages(t *testing.T) {
 
 	msgID := "after-bad-" + newID()
 	good := fmt.Sprintf(`{"channel":"shell","header":{"msg_type":"kernel_info_request","msg_id":%q},"content":{}}`, msgID)
-	if err := relay.Send(json.RawMessage(good)); err != nil {
+	if err := relay.Send(context.Background(), json.RawMessage(good)); err != nil {
 		t.Fatal(err)
 	}
 	r := attach(t, rs, 0)

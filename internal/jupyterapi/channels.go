@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/coder/websocket"
 	"go.uber.org/zap"
@@ -23,14 +22,11 @@ const (
 	// restart", which @jupyterlab/services answers by reconnecting (it
 	// gives up on 1000 and 1001).
 	closeResumed websocket.StatusCode = 1012
-	// startPoll paces the checks of a kernel that is restarting while a
-	// client's message waits for it.
-	startPoll = 20 * time.Millisecond
 )
 
 // relay is the Control of a kernel's relay stream.
 type relay interface {
-	SendMsg(m jupyter.Msg) error
+	SendMsg(ctx context.Context, m jupyter.Msg) error
 	Close() error
 }
 
@@ -162,35 +158,17 @@ func (c *channelConn) read(ctx context.Context) {
 		c.count(len(data), true)
 		var m jupyter.Msg
 		if c.v1 {
-			m, err = decodeV1(data)
+			m, err = jupyter.DecodeMsg(data)
 		} else {
 			m, err = decodeLegacy(data, typ == websocket.MessageBinary)
 		}
 		if err == nil {
-			err = c.sendWhenStarted(ctx, m)
+			// During a restart it waits for the new process (the
+			// manager's), and the messages behind it wait in order.
+			err = c.relay.SendMsg(ctx, m)
 		}
 		if err != nil {
 			c.log.Warn("dropped a client message", zap.Error(err))
-		}
-	}
-}
-
-// sendWhenStarted sends m, waiting while the kernel is (re)starting: a
-// client that reconnects during a restart sends kernel_info_request at
-// once and waits for its reply, which jupyter_server's queues would have
-// delivered to the new process. Later messages wait behind it, in order.
-func (c *channelConn) sendWhenStarted(ctx context.Context, m jupyter.Msg) error {
-	deadline := time.Now().Add(opBound)
-	for {
-		err := c.relay.SendMsg(m)
-		k, gerr := c.s.o.Kernels.Get(c.kernel)
-		if err == nil || gerr != nil || k.Info().State != jupyter.StateStarting || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(startPoll):
 		}
 	}
 }
@@ -220,16 +198,16 @@ func (c *channelConn) write(ctx context.Context) {
 	}
 }
 
+// send writes one of the relay's messages: in the v1 framing as the
+// relay's stream holds it, or re-encoded in the legacy one.
 func (c *channelConn) send(ctx context.Context, ev []byte) error {
-	m, err := jupyter.DecodeRelayEvent(ev)
-	if err != nil {
-		c.log.Warn("undecodable relay event", zap.Error(err))
-		return nil
-	}
-	typ, frame := websocket.MessageBinary, []byte(nil)
-	if c.v1 {
-		frame = encodeV1(m)
-	} else {
+	typ, frame := websocket.MessageBinary, ev
+	if !c.v1 {
+		m, err := jupyter.DecodeMsg(ev)
+		if err != nil {
+			c.log.Warn("undecodable relay message", zap.Error(err))
+			return nil
+		}
 		var binaryFrame bool
 		if frame, binaryFrame, err = encodeLegacy(m); err != nil {
 			c.log.Warn("unencodable kernel message", zap.Error(err))

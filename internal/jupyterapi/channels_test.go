@@ -425,7 +425,8 @@ func TestWebsocketStdinAndControl(t *testing.T) {
 	content["allow_stdin"] = true
 	id := wa.send("shell", "execute_request", content)
 	asked := wa.until(isReply(id, "input_request"))
-	if m := asked[len(asked)-1]; m.Channel != "stdin" || !strings.Contains(string(m.Content), `"prompt":"x? "`) {
+	var req struct{ Prompt string }
+	if m := asked[len(asked)-1]; m.Channel != "stdin" || json.Unmarshal(m.Content, &req) != nil || req.Prompt != "x? " {
 		t.Fatalf("input_request on %q: %s", m.Channel, m.Content)
 	}
 	wa.send("stdin", "input_reply", map[string]any{"value": "forty-two", "status": "ok"})

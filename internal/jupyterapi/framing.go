@@ -1,7 +1,6 @@
 package jupyterapi
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -10,72 +9,12 @@ import (
 	"github.com/rayito/rayito-agent/internal/jupyter"
 )
 
-// v1Protocol is the kernel websocket subprotocol of jupyter_server 1.23+
-// (docs/developers/websocket-protocols.rst there): binary frames holding a
-// count n of u64 little-endian offsets, the offsets, then the channel, the
-// four JSON parts and the buffers; offset i starts part i and the last
-// offset is the frame's length.
+// v1Protocol is the kernel websocket subprotocol of jupyter_server 1.23+:
+// binary frames in jupyter.Msg.Encode's framing, which is how a relay's
+// stream holds its messages, so they go out as they are.
 const v1Protocol = "v1.kernel.websocket.jupyter.org"
 
-// v1Parts is the number of parts before the buffers.
-const v1Parts = 5
-
 var errFrame = errors.New("jupyterapi: malformed frame")
-
-// encodeV1 builds a v1 frame.
-func encodeV1(m jupyter.Msg) []byte {
-	parts := [][]byte{[]byte(m.Channel), orEmptyObject(m.Header), orEmptyObject(m.Parent), orEmptyObject(m.Metadata), orEmptyObject(m.Content)}
-	parts = append(parts, m.Buffers...)
-	n := len(parts) + 1
-	size := 8 * (1 + n)
-	for _, p := range parts {
-		size += len(p)
-	}
-	out := make([]byte, 8*(1+n), size)
-	binary.LittleEndian.PutUint64(out, uint64(n))
-	off := uint64(8 * (1 + n))
-	for i, p := range parts {
-		binary.LittleEndian.PutUint64(out[8*(1+i):], off)
-		off += uint64(len(p))
-	}
-	binary.LittleEndian.PutUint64(out[8*n:], off)
-	for _, p := range parts {
-		out = append(out, p...)
-	}
-	return out
-}
-
-// decodeV1 splits a v1 frame. The JSON parts are checked to be objects
-// (jupyter_server would fail to parse anything else).
-func decodeV1(b []byte) (jupyter.Msg, error) {
-	if len(b) < 8 {
-		return jupyter.Msg{}, fmt.Errorf("%w: %d bytes", errFrame, len(b))
-	}
-	n := binary.LittleEndian.Uint64(b)
-	if n < v1Parts+1 || n > uint64(len(b))/8-1 {
-		return jupyter.Msg{}, fmt.Errorf("%w: %d offsets in %d bytes", errFrame, n, len(b))
-	}
-	offs := make([]uint64, n)
-	for i := range offs {
-		offs[i] = binary.LittleEndian.Uint64(b[8*(1+i):])
-		if offs[i] < 8*(1+n) || offs[i] > uint64(len(b)) || (i > 0 && offs[i] < offs[i-1]) {
-			return jupyter.Msg{}, fmt.Errorf("%w: offset %d is %d", errFrame, i, offs[i])
-		}
-	}
-	part := func(i int) []byte { return b[offs[i]:offs[i+1]] }
-	m := jupyter.Msg{Channel: string(part(0))}
-	for i, dst := range []*json.RawMessage{&m.Header, &m.Parent, &m.Metadata, &m.Content} {
-		p := part(1 + i)
-		if !isObject(p) {
-			return jupyter.Msg{}, fmt.Errorf("%w: part %d is not a JSON object", errFrame, 1+i)
-		}
-		*dst = json.RawMessage(p)
-	}
-	for i := v1Parts; i < int(n)-1; i++ {
-		m.Buffers = append(m.Buffers, part(i))
-	}
-	return m, nil
-}
 
 // legacyMsg is a message in jupyter_server's legacy JSON framing: the
 // whole message as one object, channel included.
@@ -91,14 +30,13 @@ type legacyMsg struct {
 // buffers, a binary frame of a u32 big-endian count of parts, their u32
 // big-endian offsets, the JSON and the buffers.
 func encodeLegacy(m jupyter.Msg) (frame []byte, binaryFrame bool, err error) {
-	js, err := json.Marshal(legacyMsg{
-		Channel: m.Channel, Header: orEmptyObject(m.Header), Parent: orEmptyObject(m.Parent),
-		Metadata: orEmptyObject(m.Metadata), Content: orEmptyObject(m.Content),
-	})
-	if err != nil || len(m.Buffers) == 0 {
+	buffers := m.Buffers
+	m.Buffers = nil // they go in binary parts, not in the JSON
+	js, err := json.Marshal(m)
+	if err != nil || len(buffers) == 0 {
 		return js, false, err
 	}
-	parts := append([][]byte{js}, m.Buffers...)
+	parts := append([][]byte{js}, buffers...)
 	head := 4 * (1 + len(parts))
 	out := make([]byte, head)
 	binary.BigEndian.PutUint32(out, uint32(len(parts)))
@@ -142,16 +80,4 @@ func decodeLegacy(b []byte, binaryFrame bool) (jupyter.Msg, error) {
 		return jupyter.Msg{}, fmt.Errorf("%w: %v", errFrame, err)
 	}
 	return jupyter.Msg{Channel: lm.Channel, Header: lm.Header, Parent: lm.Parent, Metadata: lm.Metadata, Content: lm.Content, Buffers: buffers}, nil
-}
-
-func isObject(p []byte) bool {
-	p = bytes.TrimSpace(p)
-	return len(p) >= 2 && p[0] == '{' && json.Valid(p)
-}
-
-func orEmptyObject(p json.RawMessage) json.RawMessage {
-	if len(p) == 0 || string(p) == "null" {
-		return json.RawMessage("{}")
-	}
-	return p
 }

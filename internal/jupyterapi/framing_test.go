@@ -23,7 +23,7 @@ func sampleMsg(buffers ...[]byte) jupyter.Msg {
 
 func TestV1Layout(t *testing.T) {
 	m := sampleMsg()
-	b := encodeV1(m)
+	b := m.Encode()
 	// As @jupyterlab/services writes a kernel_info_request: six offsets,
 	// the channel right after them, the last one the frame's length.
 	offs := make([]uint64, binary.LittleEndian.Uint64(b))
@@ -38,7 +38,7 @@ func TestV1Layout(t *testing.T) {
 
 func TestFramingRoundTrips(t *testing.T) {
 	for _, m := range []jupyter.Msg{sampleMsg(), sampleMsg([]byte{0, 1, 2}, nil, []byte("buf"))} {
-		got, err := decodeV1(encodeV1(m))
+		got, err := jupyter.DecodeMsg(m.Encode())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +79,7 @@ func sameMsg(a, b jupyter.Msg) bool {
 }
 
 func TestMalformedFrames(t *testing.T) {
-	good := encodeV1(sampleMsg())
+	good := sampleMsg().Encode()
 	put := func(b []byte, at int, v uint64) []byte {
 		b = bytes.Clone(b)
 		binary.LittleEndian.PutUint64(b[at:], v)
@@ -96,7 +96,7 @@ func TestMalformedFrames(t *testing.T) {
 		"header not JSON":   v1With("shell", "nope"),
 		"header an array":   v1With("shell", "[]"),
 	} {
-		if _, err := decodeV1(b); err == nil {
+		if _, err := jupyter.DecodeMsg(b); err == nil {
 			t.Errorf("v1 %s: decoded", name)
 		}
 	}
@@ -120,16 +120,16 @@ func TestMalformedFrames(t *testing.T) {
 func v1With(channel, header string) []byte {
 	m := sampleMsg()
 	m.Channel, m.Header = channel, json.RawMessage(header)
-	return encodeV1(m)
+	return m.Encode()
 }
 
 func FuzzDecodeFrames(f *testing.F) {
-	f.Add(encodeV1(sampleMsg([]byte("b"))))
+	f.Add(sampleMsg([]byte("b")).Encode())
 	legacy, _, _ := encodeLegacy(sampleMsg([]byte("b")))
 	f.Add(legacy)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if m, err := decodeV1(b); err == nil {
-			if _, err := decodeV1(encodeV1(m)); err != nil {
+		if m, err := jupyter.DecodeMsg(b); err == nil {
+			if _, err := jupyter.DecodeMsg(m.Encode()); err != nil {
 				t.Fatalf("re-encoded v1 frame does not decode: %v", err)
 			}
 		}

@@ -90,7 +90,7 @@ func (s *Server) shutdownKernel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := s.o.Kernels.Shutdown(context.WithoutCancel(r.Context()), k.ID()); err != nil {
+	if err := s.o.Kernels.Shutdown(r.Context(), k.ID()); err != nil {
 		writeErr(w, err)
 		return
 	}
@@ -114,11 +114,8 @@ func (s *Server) restartKernel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	// A restart half done when the client goes away would leave the
-	// kernel dead; it runs to its end.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), opBound)
-	defer cancel()
-	if err := s.o.Kernels.Restart(ctx, k.ID()); err != nil {
+	// The manager runs the restart to its end if the client goes away.
+	if err := s.o.Kernels.Restart(r.Context(), k.ID()); err != nil {
 		writeErr(w, err)
 		return
 	}

@@ -257,7 +257,7 @@ func (s *Server) updateSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if before != kernelID {
-		if err := s.o.Kernels.Shutdown(context.WithoutCancel(r.Context()), before); err != nil {
+		if err := s.o.Kernels.Shutdown(r.Context(), before); err != nil {
 			s.log.Debug("the session's previous kernel was already gone", zap.Error(err))
 		}
 	}
@@ -276,7 +276,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.sessions.remove(ss.ID)
-	if err := s.o.Kernels.Shutdown(context.WithoutCancel(r.Context()), ss.Kernel); err != nil {
+	if err := s.o.Kernels.Shutdown(r.Context(), ss.Kernel); err != nil {
 		s.log.Debug("the deleted session's kernel was already gone", zap.Error(err))
 	}
 	w.WriteHeader(http.StatusNoContent)

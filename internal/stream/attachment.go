@@ -32,10 +32,12 @@ const (
 type Item struct {
 	Kind    ItemKind
 	Channel string
-	// Offset is the absolute offset of Data's first byte (ItemData).
+	// Offset is the absolute offset of Data's first byte (ItemData), or
+	// the event's seq (ItemEvent).
 	Offset uint64
 	// Data is the payload appended to the caller's buffer (ItemData) or the
-	// encoded event (ItemEvent, shared and read-only).
+	// event's body as its producer encoded it (ItemEvent, shared and
+	// read-only): each surface wraps it in its own envelope.
 	Data []byte
 	// From and To bound a gap in the protocol's units: byte offsets, or
 	// event seqs (ItemGap).
@@ -184,7 +186,7 @@ func (a *Attachment) nextLocked(dst []byte, maxChunk int, shared bool) (Item, bo
 		a.rr = (i + 1) % n
 		if l.unit == Events {
 			a.next[i]++
-			return Item{Kind: ItemEvent, Channel: l.name, Data: l.eventLocked(c)}, true
+			return Item{Kind: ItemEvent, Channel: l.name, Offset: c + 1, Data: l.eventLocked(c)}, true
 		}
 		size := min(uint64(room), l.end-c, uint64(maxChunk))
 		if a.cutAt != nil {

@@ -2,7 +2,6 @@ package watch
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -53,9 +52,11 @@ func nextEvent(b *testing.B, a *stream.Attachment) (stream.Item, fsEvent) {
 	var ev fsEvent
 	switch item.Kind {
 	case stream.ItemEvent:
-		if err := json.Unmarshal(item.Data, &ev); err != nil {
+		e, err := DecodeEvent(item.Data)
+		if err != nil {
 			b.Fatal(err)
 		}
+		ev = fsEvent{Event: "fs", Seq: item.Offset, Op: e.Op.String(), Path: e.Path, Dir: e.Dir}
 		a.Ack(map[string]uint64{Channel: ev.Seq})
 	case stream.ItemGap:
 		a.Ack(map[string]uint64{Channel: item.To - 1})

@@ -2,6 +2,8 @@ package watch
 
 import (
 	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"strconv"
 )
 
@@ -36,50 +38,109 @@ func (o Op) String() string {
 	return "op(" + strconv.Itoa(int(o)) + ")"
 }
 
-// encodeEvent returns the build callback for stream.Log.Append. The JSON is
-// assembled before the stream's lock is taken; only the seq goes in under it.
-func encodeEvent(id uint64, op Op, path string, dir bool) func(seq uint64) []byte {
-	head := strconv.AppendUint([]byte(`{"event":"fs","stream":`), id, 10)
-	head = append(head, `,"seq":`...)
-	quoted, _ := json.Marshal(path) // a string always encodes
-	tail := make([]byte, 0, len(quoted)+48)
-	tail = append(tail, `,"op":"`...)
-	tail = append(tail, op.String()...)
-	tail = append(tail, `","path":`...)
-	tail = append(tail, quoted...)
-	tail = append(tail, `,"dir":`...)
-	tail = strconv.AppendBool(tail, dir)
-	tail = append(tail, '}')
-	return func(seq uint64) []byte {
-		b := make([]byte, 0, len(head)+20+len(tail))
-		b = append(b, head...)
-		b = strconv.AppendUint(b, seq, 10)
-		return append(b, tail...)
+// ParseOp is the Op named name ("create", ...), false for none.
+func ParseOp(name string) (Op, bool) {
+	for o := OpCreate; o <= OpOverflow; o++ {
+		if o.String() == name {
+			return o, true
+		}
 	}
+	return 0, false
+}
+
+// Event is one change a watch reports: its stream's events hold them
+// encoded by Encode, and every surface reads them with DecodeEvent (the
+// native protocol sends them inside its envelope, `{"event": "fs",
+// "stream", "seq", "op", "path", "dir"}`).
+type Event struct {
+	Op   Op
+	Path string // under the watched directory as the client named it
+	Dir  bool   // the path is a directory
+}
+
+// Encode is the event as a watch stream holds it:
+// {"op":"create","path":"/w/a","dir":false}.
+func (e Event) Encode() []byte {
+	quoted, _ := json.Marshal(e.Path) // a string always encodes
+	b := make([]byte, 0, len(quoted)+40)
+	b = append(b, `{"op":"`...)
+	b = append(b, e.Op.String()...)
+	b = append(b, `","path":`...)
+	b = append(b, quoted...)
+	b = append(b, `,"dir":`...)
+	b = strconv.AppendBool(b, e.Dir)
+	return append(b, '}')
+}
+
+// DecodeEvent reads an event of a watch stream.
+func DecodeEvent(b []byte) (Event, error) {
+	var raw struct {
+		Op   string `json:"op"`
+		Path string `json:"path"`
+		Dir  bool   `json:"dir"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return Event{}, fmt.Errorf("watch: event: %w", err)
+	}
+	op, ok := ParseOp(raw.Op)
+	if !ok {
+		return Event{}, fmt.Errorf("watch: event with unknown op %q", raw.Op)
+	}
+	return Event{Op: op, Path: raw.Path, Dir: raw.Dir}, nil
 }
 
 // emit appends one event to the watch's stream, naming the path as the
-// client named the watched directory. If the append made the buffer drop
-// events nobody had read, an overflow event follows, unless one is still
-// waiting unread in the buffer.
+// client named the watched directory.
 func (w *watch) emit(op Op, real string, dir bool) {
-	if _, err := w.log.Append(encodeEvent(w.s.ID, op, w.shown(real), dir)); err != nil {
-		return // the stream ended
+	path := w.shown(real)
+	if w.hideTemp != nil {
+		// The agent's atomic writes (a temporary file renamed over the
+		// target) are reported as what a client asked for: the target
+		// created, then written; the temporary file's own events are left
+		// out. The commit's rename is the temporary file's last event,
+		// and the target's create follows it.
+		committed := w.committed
+		w.committed = ""
+		if w.hideTemp(path) {
+			if op == OpRename {
+				w.committed = filepath.Dir(path)
+			}
+			return
+		}
+		if op == OpCreate && committed == filepath.Dir(path) {
+			if !w.append(Event{Op: op, Path: path, Dir: dir}) {
+				return
+			}
+			op = OpWrite
+		}
+	}
+	w.append(Event{Op: op, Path: path, Dir: dir})
+}
+
+// append adds one event to the watch's stream, false if the stream ended.
+// If the append made the buffer drop events nobody had read, an overflow
+// event follows, unless one is still waiting unread in the buffer.
+func (w *watch) append(e Event) bool {
+	ev := e.Encode()
+	if _, err := w.log.Append(func(uint64) []byte { return ev }); err != nil {
+		return false // the stream ended
 	}
 	st := w.log.Stats()
 	if st.Lost == w.lostSeen {
-		return
+		return true
 	}
 	w.lostSeen = st.Lost
 	if w.overflowSeq > st.Start && w.overflowSeq > st.Acked {
-		return
+		return true
 	}
 	w.overflow()
+	return true
 }
 
 // overflow appends an overflow event naming the watched directory.
 func (w *watch) overflow() {
-	seq, err := w.log.Append(encodeEvent(w.s.ID, OpOverflow, w.display, true))
+	ev := Event{Op: OpOverflow, Path: w.display, Dir: true}.Encode()
+	seq, err := w.log.Append(func(uint64) []byte { return ev })
 	if err != nil {
 		return
 	}

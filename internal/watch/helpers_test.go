@@ -2,7 +2,6 @@ package watch
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -110,10 +109,12 @@ func (c *client) next() (ev fsEvent, ok bool) {
 			c.end = &item
 			return fsEvent{}, false
 		case stream.ItemEvent:
-			if err := json.Unmarshal(item.Data, &ev); err != nil {
+			e, err := DecodeEvent(item.Data)
+			if err != nil {
 				c.t.Fatalf("event %q: %v", item.Data, err)
 			}
-			if ev.Event != "fs" || ev.Stream != c.a.Stream().ID || ev.Seq != c.last+1 {
+			ev = fsEvent{Event: "fs", Stream: c.a.Stream().ID, Seq: item.Offset, Op: e.Op.String(), Path: e.Path, Dir: e.Dir}
+			if ev.Seq != c.last+1 {
 				c.t.Fatalf("event %s after seq %d on stream %d", item.Data, c.last, c.a.Stream().ID)
 			}
 			c.last = ev.Seq

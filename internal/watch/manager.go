@@ -41,12 +41,13 @@ type Info struct {
 // Manager owns the agent's inotify instance and every watch on it.
 // Its methods are safe for concurrent use.
 type Manager struct {
-	reg  *stream.Registry
-	log  *zap.Logger
-	fsw  *fsnotify.Watcher
-	kick chan struct{} // wakes the event loop after a kernel queue overflow
-	lost atomic.Bool   // a kernel queue overflow is waiting to be handled
-	wg   sync.WaitGroup
+	reg    *stream.Registry
+	log    *zap.Logger
+	isTemp func(path string) bool
+	fsw    *fsnotify.Watcher
+	kick   chan struct{} // wakes the event loop after a kernel queue overflow
+	lost   atomic.Bool   // a kernel queue overflow is waiting to be handled
+	wg     sync.WaitGroup
 
 	mu        sync.Mutex
 	closed    bool
@@ -67,6 +68,31 @@ type watch struct {
 
 	lostSeen    uint64 // the log's Lost count already answered by an overflow event
 	overflowSeq uint64 // seq of the last overflow event
+
+	// hideTemp, when set, names the agent's temporary files, which this
+	// watch leaves out (Options.HideTemp); committed is the directory in
+	// which the previous event renamed one.
+	hideTemp  func(path string) bool
+	committed string
+}
+
+// Options say how a watch reports.
+type Options struct {
+	Recursive bool // the whole tree, not the directory alone
+	// HideTemp leaves out the temporary files of the agent's atomic
+	// writes (file uploads, file_write) and reports each commit as a
+	// create of the target followed by a write, as if the file had been
+	// written in place. It needs the manager to know the temporary files
+	// (ManagerOptions.IsTemp); without, it changes nothing.
+	HideTemp bool
+}
+
+// ManagerOptions configure a Manager.
+type ManagerOptions struct {
+	Logger *zap.Logger
+	// IsTemp names the temporary files of the agent's atomic writes
+	// (files.IsTemp), for watches with HideTemp.
+	IsTemp func(path string) bool
 }
 
 // NewManager creates the manager. The shared inotify instance, and the
@@ -75,11 +101,16 @@ type watch struct {
 // never asked for a watch (a sandbox snapshotted idle) need not hold.
 // Close releases them.
 func NewManager(reg *stream.Registry, log *zap.Logger) *Manager {
-	if log == nil {
-		log = zap.NewNop()
+	return NewManagerWith(reg, ManagerOptions{Logger: log})
+}
+
+// NewManagerWith is NewManager with options.
+func NewManagerWith(reg *stream.Registry, o ManagerOptions) *Manager {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
 	}
 	return &Manager{
-		reg: reg, log: log, kick: make(chan struct{}, 1),
+		reg: reg, log: o.Logger, isTemp: o.IsTemp, kick: make(chan struct{}, 1),
 		nodes: make(map[string]*node), watches: make(map[uint64]*watch),
 	}
 }
@@ -108,6 +139,12 @@ func (m *Manager) startLocked() error {
 // tree if recursive, into a new stream. Errors a client can fix are
 // *wire.Error: bad_request, not_found, limit, or unavailable after Close.
 func (m *Manager) Watch(path string, recursive bool) (*stream.Stream, error) {
+	return m.WatchWith(path, Options{Recursive: recursive})
+}
+
+// WatchWith is Watch with options.
+func (m *Manager) WatchWith(path string, o Options) (*stream.Stream, error) {
+	recursive := o.Recursive
 	display, root, err := resolve(path)
 	if err != nil {
 		return nil, err
@@ -121,6 +158,9 @@ func (m *Manager) Watch(path string, recursive bool) (*stream.Stream, error) {
 		return nil, err
 	}
 	w := &watch{root: root, display: display, recursive: recursive, nodes: make(map[*node]struct{})}
+	if o.HideTemp {
+		w.hideTemp = m.isTemp
+	}
 	if err := m.attach(w); err != nil {
 		m.finish(w, stream.End{})
 		return nil, err
