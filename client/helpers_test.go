@@ -79,7 +79,7 @@ func newAgent(t testing.TB, limits ...stream.Limits) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fm, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir()})
+	fm, err := files.New(files.Options{Registry: streams, Users: defaults.Users(), StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

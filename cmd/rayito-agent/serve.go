@@ -30,6 +30,7 @@ import (
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/surface"
 	"github.com/rayito/rayito-agent/internal/traffic"
+	"github.com/rayito/rayito-agent/internal/users"
 	"github.com/rayito/rayito-agent/internal/watch"
 )
 
@@ -256,6 +257,7 @@ func run(cfg config, log *zap.Logger) error {
 type managers struct {
 	reaper   *proc.Reaper
 	streams  *stream.Registry
+	accounts *users.Accounts
 	defaults *proc.Defaults
 	procs    *proc.Manager
 	ptys     *ptymux.Manager
@@ -287,7 +289,10 @@ func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
 	}
 	m.streams = stream.NewRegistryWith(cfg.retention)
 	limitMemory(m.streams.Limits().Budget)
-	m.defaults = &proc.Defaults{}
+	// The accounts are one capability: commands, terminals, kernels and
+	// file operations resolve users, and the default user, through them.
+	m.accounts = users.New()
+	m.defaults = &proc.Defaults{Accounts: m.accounts}
 	m.defaults.Set(cfg.defaultUser, "", nil)
 	m.procs = proc.NewManager(m.streams, m.reaper, m.defaults, log.Named("proc"))
 	m.counter = traffic.NewCounter()
@@ -318,7 +323,7 @@ func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
-	if m.files, err = files.New(files.Options{Registry: m.streams, Defaults: m.defaults, StateDir: cfg.stateDir, Logger: log.Named("files")}); err != nil {
+	if m.files, err = files.New(files.Options{Registry: m.streams, Users: m.accounts, StateDir: cfg.stateDir, Logger: log.Named("files")}); err != nil {
 		return nil, fmt.Errorf("files: %w", err)
 	}
 	var earlier []string

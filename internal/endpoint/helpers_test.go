@@ -87,7 +87,7 @@ func buildTestAgent(t testing.TB, counter *traffic.Counter, token string, limits
 	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
 	watches := watch.NewManagerWith(streams, watch.ManagerOptions{IsTemp: files.IsTemp})
 	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: testReaper(t), Defaults: defaults})
-	fm, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir()})
+	fm, err := files.New(files.Options{Registry: streams, Users: defaults.Users(), StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

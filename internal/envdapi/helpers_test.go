@@ -88,7 +88,7 @@ func newAgent(t testing.TB, o agentOptions) *agent {
 	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
 	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
 	watches := watch.NewManagerWith(streams, watch.ManagerOptions{IsTemp: files.IsTemp})
-	fileMgr, err := files.New(files.Options{Registry: streams, Defaults: defaults, StateDir: t.TempDir()})
+	fileMgr, err := files.New(files.Options{Registry: streams, Users: defaults.Users(), StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,8 +141,8 @@ func (m *Manager) resolved(path string) *Info {
 // named fills in the owner and group names (outside the user's thread:
 // they need no permission, and the lookups are cached).
 func (m *Manager) named(info *Info) {
-	info.Owner = m.accounts.owner(info.UID)
-	info.Group = m.accounts.group(info.GID)
+	info.Owner = m.users.OwnerName(info.UID)
+	info.Group = m.users.GroupName(info.GID)
 	if info.Resolved != nil {
 		m.named(info.Resolved)
 	}

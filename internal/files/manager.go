@@ -1,6 +1,7 @@
 package files
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -10,8 +11,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/users"
 )
 
 // Bounds of listings.
@@ -30,8 +31,9 @@ type Options struct {
 	// Registry receives the streams of transfers (ReadStream,
 	// WriteStream).
 	Registry *stream.Registry
-	// Defaults names the user of operations that name none.
-	Defaults *proc.Defaults
+	// Users resolves who operations run as (the default user for those
+	// that name none); nil: a cache of the manager's own.
+	Users *users.Accounts
 	// StateDir holds the journal of temporary files, so that those a
 	// crash left behind are removed at the next start.
 	StateDir string
@@ -41,14 +43,13 @@ type Options struct {
 // Manager runs file operations as the users that ask for them. It is safe
 // for concurrent use.
 type Manager struct {
-	reg      *stream.Registry
-	defaults *proc.Defaults
-	log      *zap.Logger
-	self     identity
+	reg   *stream.Registry
+	users *users.Accounts
+	log   *zap.Logger
+	self  identity
 	// restoreIDs is restoreIDs; tests make the switch back fail with it.
 	restoreIDs func(identity, bool) error
 	umask      fs.FileMode
-	accounts   accounts
 	journal    *journal
 
 	mu        sync.Mutex
@@ -63,15 +64,15 @@ func New(o Options) (*Manager, error) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	if o.Defaults == nil {
-		o.Defaults = &proc.Defaults{}
+	if o.Users == nil {
+		o.Users = users.New()
 	}
 	self, err := ownIdentity()
 	if err != nil {
 		return nil, err
 	}
 	m := &Manager{
-		reg: o.Registry, defaults: o.Defaults, log: o.Logger, self: self, restoreIDs: restoreIDs,
+		reg: o.Registry, users: o.Users, log: o.Logger, self: self, restoreIDs: restoreIDs,
 		umask: processUmask(), transfers: map[*stream.Stream]struct{}{},
 	}
 	if o.StateDir != "" {
@@ -101,7 +102,11 @@ func (m *Manager) Close() {
 // User resolves a user name (or uid) as operations do: "" is the default
 // user, or the agent's own when there is no default.
 func (m *Manager) User(name string) (User, error) {
-	return m.accounts.lookup(m.defaults.UserName(name))
+	u, err := m.users.ResolveRecent(name)
+	if errors.Is(err, users.ErrUnknown) {
+		return User{}, newErr("user", m.users.Named(name), ErrUnknownUser, nil)
+	}
+	return u, err
 }
 
 // resolve returns the user and the absolute, clean path an operation
@@ -111,11 +116,11 @@ func (m *Manager) resolve(op, userName, path string) (User, string, error) {
 	if err != nil {
 		return u, "", err
 	}
-	p, err := u.abs(op, path)
+	p, err := absFor(u, op, path)
 	return u, p, err
 }
 
-func (u User) abs(op, path string) (string, error) {
+func absFor(u User, op, path string) (string, error) {
 	switch {
 	case path == "":
 		return "", newErr(op, path, ErrInvalid, errEmptyPath)
@@ -316,14 +321,14 @@ func (m *Manager) Chown(userName, path, owner, group string) error {
 	}
 	uid, gid := -1, -1
 	if owner != "" {
-		n, err := m.accounts.uidOf(owner)
+		n, err := m.owner(owner)
 		if err != nil {
 			return err
 		}
 		uid = int(n)
 	}
 	if group != "" {
-		n, err := m.accounts.gidOf(group)
+		n, err := m.group(group)
 		if err != nil {
 			return err
 		}

@@ -34,11 +34,11 @@ func (m *Manager) MoveWith(userName, from, to string, o MoveOptions) error {
 	if err != nil {
 		return err
 	}
-	src, err := u.abs("move", from)
+	src, err := absFor(u, "move", from)
 	if err != nil {
 		return err
 	}
-	dst, err := u.abs("move", to)
+	dst, err := absFor(u, "move", to)
 	if err != nil {
 		return err
 	}

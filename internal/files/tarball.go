@@ -71,7 +71,7 @@ func (m *Manager) tarEntry(tw *tar.Writer, root, q string, d fs.DirEntry) error 
 	}
 	hdr.Format = tar.FormatPAX
 	if sys := statT(fi); sys != nil {
-		hdr.Uname, hdr.Gname = m.accounts.owner(sys.Uid), m.accounts.group(sys.Gid)
+		hdr.Uname, hdr.Gname = m.users.OwnerName(sys.Uid), m.users.GroupName(sys.Gid)
 	}
 	var f *os.File
 	if fi.Mode().IsRegular() {

@@ -76,13 +76,14 @@ func TestNobody(t *testing.T) {
 }
 
 // TestDefaultUser: an operation that names no user runs as the default
-// user of proc.Defaults, as commands do.
+// user of the accounts it shares with the process defaults, as commands
+// do.
 func TestDefaultUser(t *testing.T) {
 	t.Parallel()
 	needRoot(t)
 	defaults := &proc.Defaults{}
 	defaults.Set("nobody", "", nil)
-	m, err := New(Options{Defaults: defaults})
+	m, err := New(Options{Users: defaults.Users()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 
+	"github.com/rayito/rayito-agent/internal/users"
 	"github.com/rayito/rayito-agent/internal/wire"
 )
 
@@ -39,10 +38,13 @@ type Resolved struct {
 // Defaults are what processes get when a request does not say: set from
 // flags at start and by the host's /v1/init later. Safe for concurrent use.
 type Defaults struct {
-	mu   sync.RWMutex
-	user string
-	cwd  string
-	env  map[string]string
+	// Accounts resolves users; nil: a cache of the Defaults' own.
+	Accounts *users.Accounts
+	once     sync.Once
+
+	mu  sync.RWMutex
+	cwd string
+	env map[string]string
 	// envs caches, per user, the environment of requests that bring none
 	// of their own: every exec would otherwise rebuild and sort it.
 	// version tells a cache filled before a Set from one filled after.
@@ -51,13 +53,13 @@ type Defaults struct {
 }
 
 // Set replaces the defaults; empty values leave a field unchanged, and env
-// entries are merged.
+// entries are merged. The default user is the accounts' (users.Accounts),
+// which every manager asks.
 func (d *Defaults) Set(userName, cwd string, env map[string]string) {
+	accounts := d.Users()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if userName != "" {
-		d.user = userName
-	}
+	accounts.SetDefault(userName)
 	if cwd != "" {
 		d.cwd = cwd
 	}
@@ -77,9 +79,10 @@ func (d *Defaults) Set(userName, cwd string, env map[string]string) {
 }
 
 func (d *Defaults) get() (string, string, map[string]string, uint64) {
+	def := d.Users().Named("")
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	return d.user, d.cwd, d.env, d.version
+	return def, d.cwd, d.env, d.version
 }
 
 // cachedEnv returns the environment of a request without env for user, or
@@ -127,17 +130,13 @@ func (d *Defaults) Resolve(spec Spec) (Resolved, error) {
 	if strings.Contains(spec.Cwd, "\x00") {
 		return r, wire.Errorf(wire.CodeBadRequest, "cwd contains a NUL byte")
 	}
-	u, err := lookupUser(spec.User, defUser)
+	u, err := d.lookup(spec.User, defUser)
 	if err != nil {
 		return r, err
 	}
-	r.User, r.Home = u.Username, u.HomeDir
-	if u.Uid != strconv.Itoa(os.Getuid()) {
-		cred, err := Credential(u)
-		if err != nil {
-			return r, err
-		}
-		r.Cred = cred
+	r.User, r.Home = u.Name, u.Home
+	if !u.IsAgent() {
+		r.Cred = u.Credential()
 	}
 
 	env, err := d.environment(u, defEnv, spec.Env, version)
@@ -151,7 +150,7 @@ func (d *Defaults) Resolve(spec Spec) (Resolved, error) {
 		r.Dir = defCwd
 	}
 	if r.Dir == "" {
-		r.Dir = u.HomeDir
+		r.Dir = u.Home
 		if st, err := os.Stat(r.Dir); err != nil || !st.IsDir() {
 			r.Dir = "/"
 		}
@@ -174,24 +173,34 @@ func (d *Defaults) Resolve(spec Spec) (Resolved, error) {
 // which other surfaces resolve relative paths.
 func (d *Defaults) User(name string) (userName, home string, err error) {
 	defUser, _, _, _ := d.get()
-	u, err := lookupUser(name, defUser)
+	u, err := d.lookup(name, defUser)
 	if err != nil {
 		return "", "", err
 	}
-	return u.Username, u.HomeDir, nil
+	return u.Name, u.Home, nil
 }
 
-// lookupUser finds the user by name or uid, falling back to def and then
-// to the agent's own user. A user that does not exist is bad_request.
-func lookupUser(name, def string) (*user.User, error) {
+// Users are the accounts the defaults resolve users with.
+func (d *Defaults) Users() *users.Accounts {
+	d.once.Do(func() {
+		if d.Accounts == nil {
+			d.Accounts = users.New()
+		}
+	})
+	return d.Accounts
+}
+
+// lookup finds the user by name or uid, falling back to def and then to
+// the agent's own user. A user that does not exist is bad_request.
+func (d *Defaults) lookup(name, def string) (users.Account, error) {
 	if name == "" {
 		name = def
 	}
-	u, err := LookupUser(name)
-	if errors.Is(err, ErrUnknownUser) {
-		return nil, wire.Errorf(wire.CodeBadRequest, "user %q does not exist", name)
+	u, err := d.Users().Lookup(name)
+	if errors.Is(err, users.ErrUnknown) {
+		return u, wire.Errorf(wire.CodeBadRequest, "user %q does not exist", name)
 	} else if err != nil {
-		return nil, wire.Errorf(wire.CodeInternal, "%v", err)
+		return u, wire.Errorf(wire.CodeInternal, "%v", err)
 	}
 	return u, nil
 }
@@ -209,9 +218,9 @@ func pathOf(env []string) string {
 // environment is what a process of user u gets: the agent's environment
 // without its secrets, the user's HOME, USER and LOGNAME, the defaults'
 // env, then the request's own.
-func (d *Defaults) environment(u *user.User, defEnv, reqEnv map[string]string, version uint64) ([]string, error) {
+func (d *Defaults) environment(u users.Account, defEnv, reqEnv map[string]string, version uint64) ([]string, error) {
 	if len(reqEnv) == 0 {
-		if env := d.cachedEnv(u.Username, version); env != nil {
+		if env := d.cachedEnv(u.Name, version); env != nil {
 			return env, nil
 		}
 	}
@@ -223,7 +232,7 @@ func (d *Defaults) environment(u *user.User, defEnv, reqEnv map[string]string, v
 	if env["PATH"] == "" {
 		env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	}
-	env["HOME"], env["USER"], env["LOGNAME"] = u.HomeDir, u.Username, u.Username
+	env["HOME"], env["USER"], env["LOGNAME"] = u.Home, u.Name, u.Name
 	for k, v := range defEnv {
 		env[k] = v
 	}
@@ -239,7 +248,7 @@ func (d *Defaults) environment(u *user.User, defEnv, reqEnv map[string]string, v
 	}
 	sort.Strings(out)
 	if len(reqEnv) == 0 {
-		d.storeEnv(u.Username, version, out)
+		d.storeEnv(u.Name, version, out)
 	}
 	return out, nil
 }
@@ -254,59 +263,9 @@ func (r Resolved) Attr(files []uintptr) *syscall.ProcAttr {
 	}
 }
 
-// ErrUnknownUser is returned by LookupUser for a name no account has.
-var ErrUnknownUser = errors.New("no such user")
-
 // UserName is the user a request runs as: name, or the default user when
 // name is empty ("" when there is none either: the agent's own user).
-func (d *Defaults) UserName(name string) string {
-	if name != "" {
-		return name
-	}
-	defUser, _, _, _ := d.get()
-	return defUser
-}
-
-// LookupUser finds an account by name, or by uid when name is a number
-// that no account is named; "" is the agent's own user. What it finds is
-// kept while /etc/passwd is unchanged (accounts.go).
-func LookupUser(name string) (*user.User, error) {
-	if name == "" {
-		u, err := user.Current()
-		if err != nil {
-			return nil, fmt.Errorf("cannot look up the agent's own user: %w", err)
-		}
-		return u, nil
-	}
-	u, err := cachedUser(name)
-	if err != nil {
-		return nil, fmt.Errorf("user %q: %w", name, ErrUnknownUser)
-	}
-	return u, nil
-}
-
-// Credential is the uid, gid and supplementary groups of an account,
-// kept while /etc/group is unchanged (accounts.go).
-func Credential(u *user.User) (*syscall.Credential, error) {
-	return cachedCredential(u)
-}
-
-func credentialUncached(u *user.User) (*syscall.Credential, error) {
-	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-	if err1 != nil || err2 != nil {
-		return nil, wire.Errorf(wire.CodeInternal, "user %q has non-numeric ids", u.Username)
-	}
-	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-	if gids, err := u.GroupIds(); err == nil {
-		for _, g := range gids {
-			if n, err := strconv.ParseUint(g, 10, 32); err == nil {
-				cred.Groups = append(cred.Groups, uint32(n))
-			}
-		}
-	}
-	return cred, nil
-}
+func (d *Defaults) UserName(name string) string { return d.Users().Named(name) }
 
 // lookPath finds a program the way a shell would, using the PATH the
 // process will get rather than the agent's own.

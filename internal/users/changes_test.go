@@ -1,4 +1,4 @@
-package proc_test
+package users_test
 
 import (
 	"errors"
@@ -9,36 +9,32 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/proc/proctest"
+	"github.com/rayito/rayito-agent/internal/users"
 )
 
-// In package proc_test, as proctest imports proc.
+// In package users_test, as proctest imports proc.
 
 // The lookups are cached, yet a command run right after useradd, usermod
 // -aG or userdel sees the change: the account files are checked on every
 // lookup.
 func TestAccountChangesSeenAtOnce(t *testing.T) {
 	name, group := proctest.AccountNames(t)
-	r := proc.ReaperForTests(t) // other tests of the package run it
+	accounts := users.New()
 	run := func(argv ...string) {
 		t.Helper()
-		proctest.Admin(t, r, argv...)
+		proctest.Admin(t, nil, argv...) // no reaper in this test binary
 	}
 	cred := func() *syscall.Credential {
 		t.Helper()
-		u, err := proc.LookupUser(name)
+		u, err := accounts.Lookup(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := proc.Credential(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
+		return u.Credential()
 	}
 
-	if _, err := proc.LookupUser(name); !errors.Is(err, proc.ErrUnknownUser) {
+	if _, err := accounts.Lookup(name); !errors.Is(err, users.ErrUnknown) {
 		t.Fatalf("before useradd: %v", err)
 	}
 	run("groupadd", group)
@@ -60,7 +56,7 @@ func TestAccountChangesSeenAtOnce(t *testing.T) {
 		t.Fatalf("groups %v lack %s (gid %d) right after usermod -aG", c.Groups, group, gid)
 	}
 	run("userdel", name)
-	if _, err := proc.LookupUser(name); !errors.Is(err, proc.ErrUnknownUser) {
+	if _, err := accounts.Lookup(name); !errors.Is(err, users.ErrUnknown) {
 		t.Fatalf("right after userdel: %v", err)
 	}
 }
