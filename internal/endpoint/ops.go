@@ -1,6 +1,7 @@
 package endpoint
 
 import (
+	"context"
 	"encoding/json"
 
 	"github.com/rayito/rayito-agent/internal/wire"
@@ -31,40 +32,67 @@ type call struct {
 
 func (c *call) params(v any) error { return c.req.Params(v) }
 
-// protocolOps lists every op of the protocol, so an op whose capability is
-// not wired answers `unsupported` rather than `unknown op`.
-var protocolOps = []string{
-	"exec", "pty", "resize", "signal", "close_stdin", "attach", "detach", "ack", "list",
-	"watch", "unwatch", "kernel_start", "kernel_list", "kernel_interrupt", "kernel_restart",
-	"kernel_shutdown", "execute", "input_reply", "kernel_channels", "jupyter_send",
-	"hold", "release",
-	"file_stat", "file_list", "file_mkdir", "file_move", "file_remove", "file_chmod", "file_chown",
-	"file_read", "file_write",
+// opEntry is one op of the protocol: its name, whether the capability it
+// needs is wired, and how it runs.
+type opEntry struct {
+	name string
+	have bool
+	op   op
+}
+
+// opTable is every op of the protocol (section 4), once. An op whose
+// capability is not wired answers `unsupported` rather than `unknown
+// op`. Brief ops (the file ops) are answered in microseconds, but a
+// filesystem call may block (a network mount, a full disk) and must not
+// hold up the connection's reader for longer than briefLimit. execute and
+// jupyter_send are ordered: cells queue on a kernel, and kernel messages
+// reach it, in the order the client sent them, and a message sent while
+// its kernel restarts waits for the new process off the reader.
+func (s *Server) opTable() []opEntry {
+	procs, ptys, watches := s.cfg.Procs != nil, s.cfg.PTYs != nil, s.cfg.Watches != nil
+	kernels, files := s.cfg.Kernels != nil, s.cfg.Files != nil
+	return []opEntry{
+		{"exec", procs, op{fn: s.opExec, slow: true}},
+		{"pty", ptys, op{fn: s.opPTY, slow: true}},
+		{"resize", true, op{fn: s.opResize}},
+		{"signal", true, op{fn: s.opSignal}},
+		{"close_stdin", true, op{fn: s.opCloseStdin}},
+		{"attach", true, op{fn: s.opAttach}},
+		{"detach", true, op{fn: s.opDetach}},
+		{"ack", true, op{fn: s.opAck}},
+		{"list", true, op{fn: s.opList}},
+		{"watch", watches, op{fn: s.opWatch, slow: true}},
+		{"unwatch", watches, op{fn: s.opUnwatch}},
+		{"kernel_start", kernels, op{fn: s.opKernelStart, slow: true}},
+		{"kernel_list", kernels, op{fn: s.opKernelList}},
+		{"kernel_interrupt", kernels, op{fn: s.kernelOp(func(_ context.Context, id string) error { return s.cfg.Kernels.Interrupt(id) })}},
+		{"kernel_restart", kernels, op{fn: s.kernelOp(func(ctx context.Context, id string) error { return s.cfg.Kernels.Restart(ctx, id) }), slow: true}},
+		{"kernel_shutdown", kernels, op{fn: s.kernelOp(func(ctx context.Context, id string) error { return s.cfg.Kernels.Shutdown(ctx, id) }), slow: true}},
+		{"execute", kernels, op{fn: s.opExecute, ordered: true}},
+		{"input_reply", kernels, op{fn: s.opInputReply}},
+		{"kernel_channels", kernels, op{fn: s.opKernelChannels}},
+		{"jupyter_send", kernels, op{fn: s.opJupyterSend, ordered: true}},
+		{"hold", true, op{fn: s.opHold}},
+		{"release", true, op{fn: s.opRelease}},
+		{"file_stat", files, op{fn: s.opFileStat, brief: true}},
+		{"file_list", files, op{fn: s.opFileList, brief: true}},
+		{"file_mkdir", files, op{fn: s.opFileMkdir, brief: true}},
+		{"file_move", files, op{fn: s.opFileMove, brief: true}},
+		{"file_remove", files, op{fn: s.opFileRemove, brief: true}},
+		{"file_chmod", files, op{fn: s.opFileChmod, brief: true}},
+		{"file_chown", files, op{fn: s.opFileChown, brief: true}},
+		{"file_read", files, op{fn: s.opFileRead, brief: true}},
+		{"file_write", files, op{fn: s.opFileWrite, brief: true}},
+	}
 }
 
 func (s *Server) buildOps() map[string]op {
 	ops := map[string]op{}
-	s.streamOps(ops)
-	s.holdOps(ops)
-	if s.cfg.Procs != nil {
-		s.execOps(ops)
-	}
-	if s.cfg.PTYs != nil {
-		s.ptyOps(ops)
-	}
-	if s.cfg.Watches != nil {
-		s.watchOps(ops)
-	}
-	if s.cfg.Kernels != nil {
-		s.kernelOps(ops)
-	}
-	if s.cfg.Files != nil {
-		s.fileOps(ops)
-	}
-	for _, name := range protocolOps {
-		if _, ok := ops[name]; !ok {
-			ops[name] = op{fn: unsupported(name)}
+	for _, e := range s.opTable() {
+		if !e.have {
+			e.op = op{fn: unsupported(e.name)}
 		}
+		ops[e.name] = e.op
 	}
 	return ops
 }

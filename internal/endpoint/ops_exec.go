@@ -13,10 +13,6 @@ type Execer interface {
 	Exec(o proc.ExecOptions) (*stream.Stream, error)
 }
 
-func (s *Server) execOps(ops map[string]op) {
-	ops["exec"] = op{fn: s.opExec, slow: true}
-}
-
 // shellArgv is how a `cmd` string runs: a login bash so the user's profile
 // applies, or plain sh where bash is missing.
 func shellArgv(cmd string) []string {

@@ -30,19 +30,6 @@ type (
 	}
 )
 
-func (s *Server) fileOps(ops map[string]op) {
-	// Brief: answered in microseconds, but a filesystem call may block (a
-	// network mount, a full disk) and must not hold up the connection's
-	// reader for longer than briefLimit.
-	for name, fn := range map[string]func(*call) (any, error){
-		"file_stat": s.opFileStat, "file_list": s.opFileList, "file_mkdir": s.opFileMkdir,
-		"file_move": s.opFileMove, "file_remove": s.opFileRemove, "file_chmod": s.opFileChmod,
-		"file_chown": s.opFileChown, "file_read": s.opFileRead, "file_write": s.opFileWrite,
-	} {
-		ops[name] = op{fn: fn, brief: true}
-	}
-}
-
 // fileInfo is an entry of file_stat and file_list.
 type fileInfo struct {
 	Name          string `json:"name"`

@@ -9,11 +9,6 @@ import (
 	"github.com/rayito/rayito-agent/internal/wire"
 )
 
-func (s *Server) holdOps(ops map[string]op) {
-	ops["hold"] = op{fn: s.opHold}
-	ops["release"] = op{fn: s.opRelease}
-}
-
 // Bounds of ttl_ms, from the traffic package's lease bounds.
 var (
 	minTTLMs = traffic.MinHoldTTL.Milliseconds()

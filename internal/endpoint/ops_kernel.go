@@ -33,21 +33,6 @@ type JupyterSender interface {
 // a shorter bound here would kill a start the manager still allows.
 const kernelStartBound = 2 * time.Minute
 
-func (s *Server) kernelOps(ops map[string]op) {
-	ops["kernel_start"] = op{fn: s.opKernelStart, slow: true}
-	ops["kernel_list"] = op{fn: s.opKernelList}
-	ops["kernel_interrupt"] = op{fn: s.kernelOp(func(ctx context.Context, id string) error { return s.cfg.Kernels.Interrupt(id) })}
-	ops["kernel_restart"] = op{fn: s.kernelOp(s.cfg.Kernels.Restart), slow: true}
-	ops["kernel_shutdown"] = op{fn: s.kernelOp(s.cfg.Kernels.Shutdown), slow: true}
-	ops["execute"] = op{fn: s.opExecute, ordered: true}
-	ops["input_reply"] = op{fn: s.opInputReply}
-	ops["kernel_channels"] = op{fn: s.opKernelChannels}
-	// Ordered: a message sent while the kernel restarts waits for the new
-	// process (jupyter.Relay), off the connection's reader, and the ones
-	// behind it keep their order.
-	ops["jupyter_send"] = op{fn: s.opJupyterSend, ordered: true}
-}
-
 func (s *Server) opKernelStart(c *call) (any, error) {
 	var p struct {
 		wire.Envelope

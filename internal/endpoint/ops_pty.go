@@ -11,10 +11,6 @@ type PTYs interface {
 	Start(o ptymux.Options) (*stream.Stream, error)
 }
 
-func (s *Server) ptyOps(ops map[string]op) {
-	ops["pty"] = op{fn: s.opPTY, slow: true}
-}
-
 func (s *Server) opPTY(c *call) (any, error) {
 	var p struct {
 		wire.Envelope

@@ -29,16 +29,6 @@ type (
 	}
 )
 
-func (s *Server) streamOps(ops map[string]op) {
-	ops["attach"] = op{fn: s.opAttach}
-	ops["detach"] = op{fn: s.opDetach}
-	ops["ack"] = op{fn: s.opAck}
-	ops["list"] = op{fn: s.opList}
-	ops["signal"] = op{fn: s.opSignal}
-	ops["close_stdin"] = op{fn: s.opCloseStdin}
-	ops["resize"] = op{fn: s.opResize}
-}
-
 type streamRef struct {
 	wire.Envelope
 	Stream uint64 `json:"stream"`

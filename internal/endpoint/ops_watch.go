@@ -12,11 +12,6 @@ type Watches interface {
 	Unwatch(id uint64) error
 }
 
-func (s *Server) watchOps(ops map[string]op) {
-	ops["watch"] = op{fn: s.opWatch, slow: true}
-	ops["unwatch"] = op{fn: s.opUnwatch}
-}
-
 func (s *Server) opWatch(c *call) (any, error) {
 	var p struct {
 		wire.Envelope

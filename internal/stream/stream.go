@@ -315,6 +315,9 @@ const (
 	ReasonError  Reason = "error"
 )
 
+// Reasons are every end reason of the protocol.
+var Reasons = []Reason{ReasonExit, ReasonDone, ReasonClosed, ReasonResume, ReasonError}
+
 // End records how a stream ended. Which fields are encoded depends on the
 // reason, as the protocol's `end` event says.
 type End struct {

@@ -23,6 +23,9 @@ const (
 	CodePermissionDenied Code = "permission_denied"
 )
 
+// Codes are every error code of the protocol.
+var Codes = []Code{CodeBadRequest, CodeNotFound, CodeConflict, CodeUnsupported, CodeLimit, CodeUnavailable, CodeInternal, CodePermissionDenied}
+
 // Error is an error that carries its protocol code. Handlers return it so
 // the endpoint can answer with the right code; any other error is internal.
 type Error struct {
