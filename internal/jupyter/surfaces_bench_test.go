@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -74,19 +75,36 @@ func BenchmarkSurfacesRoundTrip(b *testing.B) {
 	jid := js.startKernel(b)
 	jws := dialV1(b, "ws"+strings.TrimPrefix(js.url, "http")+"/api/kernels/"+jid+"/channels?token="+benchToken)
 	jws.execute(b, "x = 42", "")
-
-	// The clients take turns within each iteration, so that the load of
-	// a shared machine, which drifts over seconds, weighs on all alike.
-	surfaces := []struct {
-		name string
-		cell func()
-		lat  []time.Duration
-	}{
-		{name: "direct", cell: func() { direct("x") }},
-		{name: "ws", cell: func() { ws.execute(b, "x", "42") }},
-		{name: "execute", cell: func() { postExecute(b, hs.URL+"/execute", `{"code":"x"}`, `"text":"42"`) }},
-		{name: "jupyter_server", cell: func() { jws.execute(b, "x", "42") }},
+	// A cell whose result is small (the kernel's time dominates), and one
+	// whose result is a MiB of text: what the agent does with a message
+	// on its way shows there.
+	for _, c := range []struct{ name, code, want, execWant string }{
+		{"small", "x", "42", `"text":"42"`},
+		{"1MiB-result", "'x' * (1 << 20)", "xxxxxxxx", `"text":"xxxxxxxx`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			roundTrips(b, []way{
+				{name: "direct", cell: func() { direct(c.code) }},
+				{name: "ws", cell: func() { ws.execute(b, c.code, c.want) }},
+				{name: "execute", cell: func() { postExecute(b, hs.URL+"/execute", `{"code":`+strconv.Quote(c.code)+`}`, c.execWant) }},
+				{name: "jupyter_server", cell: func() { jws.execute(b, c.code, c.want) }},
+			})
+		})
 	}
+}
+
+// way is one way to run a cell, and its latencies.
+type way struct {
+	name string
+	cell func()
+	lat  []time.Duration
+}
+
+// roundTrips times each surface's cell b.N times and reports their p50
+// and p99 and the ratios of the p50s. The clients take turns within each
+// iteration, so that the load of a shared machine, which drifts over
+// seconds, weighs on all alike.
+func roundTrips(b *testing.B, surfaces []way) {
 	for i := range surfaces {
 		surfaces[i].cell() // warm up
 	}

@@ -194,6 +194,11 @@ func (c *channelConn) write(ctx context.Context) {
 			if err := c.send(ctx, it.Data); err != nil {
 				return
 			}
+			// Written to the connection: the relay need not keep it for
+			// this client. Unacknowledged, a relay kept every message up
+			// to its limits, and a kernel's large outputs then crowded
+			// cells out of the retention budget.
+			c.att.Ack(map[string]uint64{it.Channel: it.Offset})
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/rayito/rayito-agent/internal/jupyter"
+	"github.com/rayito/rayito-agent/internal/stream"
 )
 
 // wsClient is a bare kernel websocket client with its own framing code,
@@ -514,4 +515,31 @@ func TestResumeKeepsWebsocketsOpenedUnderItsGeneration(t *testing.T) {
 	if !strings.Contains(result, "freshfresh") {
 		t.Fatalf("the websocket opened under the resume's generation answered %s", result)
 	}
+}
+
+// TestWebsocketAcknowledgesWhatItSent: what a kernel websocket has
+// written is acknowledged on its relay, so the relay does not keep the
+// kernel's output for it (large outputs kept so crowded cells out of the
+// retention budget).
+func TestWebsocketAcknowledgesWhatItSent(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, false)
+	k := a.startKernel(t)
+	w := a.dialKernel(t, k.ID(), true)
+	id := w.send("shell", "execute_request", executeContent("'y' * 100000"))
+	w.until(isReply(id, "execute_reply"))
+	var relays []*stream.Stream
+	for _, st := range a.streams.List(stream.KindChannels) {
+		if st.Ended() == nil {
+			relays = append(relays, st)
+		}
+	}
+	if len(relays) != 1 {
+		t.Fatalf("%d running relays, want the websocket's", len(relays))
+	}
+	log := relays[0].Log(jupyter.EventsChannel)
+	eventually(t, "the relay's messages acknowledged", func() bool {
+		st := log.Stats()
+		return st.End > 0 && st.Acked == st.End
+	})
 }

@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 type agent struct {
 	url     string // http://127.0.0.1:port/
 	kernels *jupyter.Manager
+	streams *stream.Registry
 	api     *jupyterapi.Server
 	traffic *traffic.Counter
 	kit     *surface.Server
@@ -56,7 +57,7 @@ func newAgent(t testing.TB, legacyOnly bool) *agent {
 	streams := stream.NewRegistry(0)
 	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: reaper})
 	counter := traffic.NewCounter()
-	a := &agent{kernels: kernels, traffic: counter}
+	a := &agent{kernels: kernels, streams: streams, traffic: counter}
 	cuts := surface.NewCuts(func() uint64 { return a.resumer.Generation() })
 	resumer, err := resume.New(resume.Options{Sessions: sessionsFunc(func(ctx context.Context, gen uint64) {
 		if a.beforeCut != nil {
