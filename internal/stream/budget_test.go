@@ -350,3 +350,35 @@ func TestReservation(t *testing.T) {
 	unused.Release()
 	unused.Release()
 }
+
+// TestLargeEventsExpireEndedStreams: a budget full of ended streams nobody
+// is attached to makes room for a running stream's events, however large
+// and however quickly they come; none of them is dropped while an ended
+// stream could expire instead.
+func TestLargeEventsExpireEndedStreams(t *testing.T) {
+	const size = 1 << 20
+	r := newRegistry(t, stream.Limits{Budget: 8 << 20, MaxEndedBytes: 8 << 20})
+	for range 12 {
+		s := r.Create(stream.Config{Channels: []stream.ChannelSpec{eventChan("events", stream.Drop, 0)}})
+		if _, err := s.Log("events").Append(func(seq uint64) []byte { return seqEvent(seq, size/2) }); err != nil {
+			t.Fatal(err)
+		}
+		s.Finish(exitEnd(0))
+	}
+	expired := r.Expired()
+	for range 4 {
+		s := r.Create(stream.Config{Channels: []stream.ChannelSpec{eventChan("events", stream.Drop, 0)}})
+		a, _ := s.Attach(nil, 0)
+		if _, err := s.Log("events").Append(func(seq uint64) []byte { return seqEvent(seq, size) }); err != nil {
+			t.Fatal(err)
+		}
+		if it := nextWithin(t, a, size); it.Kind != stream.ItemEvent || len(it.Data) != size {
+			t.Fatalf("a 1 MiB event in a full budget: got %s", describe(it))
+		}
+		a.Close()
+		s.Finish(exitEnd(0))
+	}
+	if r.Expired() == expired {
+		t.Fatal("no ended stream expired to make room")
+	}
+}

@@ -54,9 +54,10 @@ func (l *Log) reserve(max int, any bool) ([]byte, error) {
 	reclaimed := false
 	for {
 		room, wait, err := l.tryReserve(max, any, reclaimed)
+		short, isShort := err.(shortBy)
 		switch {
-		case err == errShort:
-			l.s.reg.reclaim()
+		case isShort:
+			l.s.reg.reclaim(int64(short))
 			reclaimed = true
 		case err != nil:
 			return nil, err
@@ -92,7 +93,7 @@ func (l *Log) tryReserve(max int, any, reclaimed bool) ([]byte, *waiter, error) 
 		return l.reserveTail(want), nil, nil
 	}
 	if !reclaimed {
-		return nil, nil, errShort
+		return nil, nil, shortBy(maxChunk)
 	}
 	if l.policy == Block && s.inGraceLocked() {
 		return nil, s.waiterLocked(wait), nil

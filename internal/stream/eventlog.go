@@ -16,9 +16,10 @@ func (l *Log) Append(build func(seq uint64) []byte) (uint64, error) {
 		for _, h := range hooks {
 			h() // parked consumers' hooks, the lock released (handoff.go)
 		}
+		short, isShort := err.(shortBy)
 		switch {
-		case err == errShort:
-			l.s.reg.reclaim()
+		case isShort:
+			l.s.reg.reclaim(int64(short))
 			reclaimed = true
 		case wait == nil:
 			return seq, err
@@ -50,7 +51,7 @@ func (l *Log) tryAppend(build func(seq uint64) []byte, reclaimed bool, hooks []f
 	if !ok {
 		switch {
 		case !reclaimed:
-			return 0, nil, nil, errShort
+			return 0, nil, nil, shortBy(cost)
 		case l.policy == Block && s.inGraceLocked():
 			return 0, s.waiterLocked(wait), nil, nil
 		}

@@ -51,11 +51,14 @@ const minRead = 16 << 10
 var (
 	// ErrClosed is returned by writes to a log whose stream has ended.
 	ErrClosed = errors.New("stream: log closed")
-	// errShort says the budget has no room for what a write needs; the
-	// writer reclaims memory (without holding the stream's lock) and tries
-	// again before it waits or discards.
-	errShort = errors.New("stream: retention budget short")
 )
+
+// shortBy says the budget has no room for the bytes a write needs; the
+// writer reclaims at least that much (without holding the stream's lock)
+// and tries again before it waits or discards.
+type shortBy int64
+
+func (n shortBy) Error() string { return "stream: retention budget short" }
 
 // Log is one channel of a stream: an append-only sequence of bytes or
 // events of which a bounded suffix is retained. Positions never reset.

@@ -320,22 +320,26 @@ func (r *Registry) expireLocked(s *Stream) {
 	s.mu.Unlock()
 }
 
-// reclaim makes room in a full budget for a writer that needs it: ended
-// streams expire, oldest first, then every stream lets go of what its
-// clients acknowledged.
-func (r *Registry) reclaim() {
+// reclaim makes room in a full budget for a writer that needs need bytes:
+// ended streams that no client is attached to expire, oldest first, then
+// every stream lets go of what its clients acknowledged. Expiring walks
+// only the ended list, so it runs for every writer that asks (a writer
+// turned away while an ended stream could have gone would drop its own
+// output); the scan of every stream is bounded to one per reclaimEvery.
+func (r *Registry) reclaim(need int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	need = max(need, maxChunk)
+	for r.budget.free() < need && r.expireOldestLocked(nil) {
+	}
+	if r.budget.free() >= need {
+		return
+	}
 	now := time.Now()
 	if now.Sub(r.lastReclaim) < reclaimEvery {
 		return
 	}
 	r.lastReclaim = now
-	for r.budget.free() < maxChunk && r.expireOldestLocked(nil) {
-	}
-	if r.budget.free() >= maxChunk {
-		return
-	}
 	for _, s := range r.streams {
 		s.mu.Lock()
 		s.trimAckedLocked()
