@@ -4,10 +4,12 @@ go 1.26.8
 
 require (
 	connectrpc.com/connect v1.21.1
+	connectrpc.com/cors v0.1.0
 	github.com/coder/websocket v1.8.15
 	github.com/creack/pty v1.1.24
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-zeromq/zmq4 v0.17.0
+	github.com/rs/cors v1.11.1
 	go.uber.org/zap v1.28.0
 	golang.org/x/sys v0.50.0
 	google.golang.org/protobuf v1.36.12

@@ -59,6 +59,8 @@ type config struct {
 	// Retention: the budget of every stream's buffers, and how many ended
 	// streams stay attachable.
 	retention stream.Limits
+	// origins are the web pages that may call the agent from a browser.
+	origins surface.Origins
 }
 
 // envBool reads a boolean environment variable, or def.
@@ -102,6 +104,8 @@ func parseServe(args []string) (config, error) {
 	fs.StringVar(&budgetDefault, "retention-budget", budgetDefault, "memory the buffers of all streams may hold together, such as 64MiB or 1GiB (env RAYITO_RETENTION_BUDGET; default a sixteenth of memory, "+stream.FormatBytes(stream.DefaultBudget())+" here)")
 	keepDefault := envOr("RAYITO_KEEP_ENDED", strconv.Itoa(stream.DefaultMaxEnded))
 	fs.StringVar(&keepDefault, "keep-ended", keepDefault, "how many ended streams stay attachable, the oldest expiring first (env RAYITO_KEEP_ENDED)")
+	originsFlag := envOr("RAYITO_ALLOWED_ORIGINS", "*")
+	fs.StringVar(&originsFlag, "allowed-origins", originsFlag, "web pages that may call the agent from a browser (CORS and websocket origins): * for any, as envd, or a comma list such as https://ide.example.com; every call still needs the token (env RAYITO_ALLOWED_ORIGINS)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -117,6 +121,9 @@ func parseServe(args []string) (config, error) {
 		return c, fmt.Errorf("--keep-ended must be a whole number of at least 1, got %q", keepDefault)
 	}
 	c.retention.MaxEnded = keep
+	if c.origins, err = surface.ParseOrigins(originsFlag); err != nil {
+		return c, fmt.Errorf("--allowed-origins: %w", err)
+	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
@@ -381,7 +388,7 @@ func (m *managers) close() {
 // code interpreter's. They share the token, the limits and the resume cut.
 func buildSurfaces(cfg config, log *zap.Logger, m *managers) *surface.Server {
 	auth := surface.NewAuth(cfg.token)
-	srv := surface.New(surface.Options{Logger: log.Named("http"), Auth: auth, Traffic: m.counter})
+	srv := surface.New(surface.Options{Logger: log.Named("http"), Auth: auth, Traffic: m.counter, Origins: cfg.origins})
 	srv.Mount(hostapi.New(hostapi.Config{
 		Logger: log.Named("host"), Version: version, Auth: auth, Streams: m.streams, Traffic: m.counter,
 		Resume: m.resumer, Defaults: m.defaults, SetClock: m.setClock, Conns: srv.Conns,
@@ -397,6 +404,7 @@ func buildSurfaces(cfg config, log *zap.Logger, m *managers) *surface.Server {
 	srv.Mount(endpoint.New(endpoint.Config{
 		Logger: log.Named("endpoint"), Version: version, Streams: m.streams, Traffic: m.counter,
 		Procs: m.procs, PTYs: m.ptys, Watches: m.watches, Kernels: m.kernels, Files: m.files, Cuts: m.cuts,
+		Origins: cfg.origins,
 	}).Surface())
 	srv.Mount(envdapi.New(envdapi.Config{
 		Logger: log.Named("envd"), Auth: auth, Streams: m.streams, Procs: m.procs, PTYs: m.ptys,
@@ -405,7 +413,7 @@ func buildSurfaces(cfg config, log *zap.Logger, m *managers) *surface.Server {
 	if cfg.envdOpen {
 		log.Warn("the envd API is open: anyone who reaches the port can run commands without a token")
 	}
-	srv.Mount(jupyterapi.New(jupyterapi.Options{Kernels: m.kernels, Traffic: m.counter, Cuts: m.cuts, Logger: log}).Surface())
+	srv.Mount(jupyterapi.New(jupyterapi.Options{Kernels: m.kernels, Traffic: m.counter, Cuts: m.cuts, Logger: log, Origins: cfg.origins}).Surface())
 	srv.Mount(codeinterp.New(codeinterp.Options{Kernels: m.kernels, Cuts: m.cuts, Logger: log}).Surface())
 	return srv
 }

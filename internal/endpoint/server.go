@@ -40,6 +40,9 @@ type Config struct {
 	// says the generation a session opened under; nil: one of its own,
 	// at generation 0.
 	Cuts *surface.Cuts
+	// Origins are the pages whose websockets are accepted (the agent's
+	// --allowed-origins); the zero value is any.
+	Origins surface.Origins
 }
 
 // Server is the native protocol. Build with New, mount its Surface.

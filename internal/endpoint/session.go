@@ -92,12 +92,10 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	hc := &hijackCapture{ResponseWriter: w}
-	conn, err := websocket.Accept(hc, r, &websocket.AcceptOptions{
-		Subprotocols: []string{Subprotocol},
-		// The token authenticates; origins are whatever proxy fronts us.
-		InsecureSkipVerify: true,
-		CompressionMode:    websocket.CompressionDisabled,
-	})
+	conn, err := websocket.Accept(hc, r, s.cfg.Origins.AcceptOptions(websocket.AcceptOptions{
+		Subprotocols:    []string{Subprotocol},
+		CompressionMode: websocket.CompressionDisabled,
+	}))
 	if err != nil {
 		return
 	}

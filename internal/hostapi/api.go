@@ -70,7 +70,9 @@ func New(cfg Config) *API {
 // the rest take the token in the agent's own forms.
 func (a *API) Surface() surface.Surface {
 	route := func(pattern string, h http.HandlerFunc, access surface.Access) surface.Route {
-		return surface.Route{Pattern: pattern, Handler: h, Access: access, Host: true}
+		// Only /health is for pages too (envd's answers them).
+		private := pattern != "GET /health"
+		return surface.Route{Pattern: pattern, Handler: h, Access: access, Host: true, Private: private}
 	}
 	return surface.Surface{Name: "host", Tokens: surface.AgentTokens, Routes: []surface.Route{
 		route("GET /health", a.handleHealth, surface.Public),

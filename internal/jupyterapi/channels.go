@@ -79,12 +79,10 @@ func (s *Server) serveChannels(w http.ResponseWriter, r *http.Request) {
 	if !s.o.LegacyOnly {
 		protocols = []string{v1Protocol}
 	}
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
-		Subprotocols: protocols,
-		// The token authenticates; origins are whatever proxy fronts us.
-		InsecureSkipVerify: true,
-		CompressionMode:    websocket.CompressionDisabled,
-	})
+	ws, err := websocket.Accept(w, r, s.o.Origins.AcceptOptions(websocket.AcceptOptions{
+		Subprotocols:    protocols,
+		CompressionMode: websocket.CompressionDisabled,
+	}))
 	if err != nil {
 		att.Close()
 		rel.Close()

@@ -54,6 +54,9 @@ type Options struct {
 	// like jupyter_server with kernel_ws_protocol set to '': clients fall
 	// back to the legacy JSON framing.
 	LegacyOnly bool
+	// Origins are the pages whose kernel websockets are accepted (the
+	// agent's --allowed-origins); the zero value is any.
+	Origins surface.Origins
 }
 
 const (

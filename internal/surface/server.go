@@ -67,6 +67,9 @@ type Route struct {
 	// Host marks a route the host needs even while the agent is flooded:
 	// it is served on reserve connections too (conns.go).
 	Host bool
+	// Private marks a route only the host calls (init, resume): no CORS,
+	// so no page may call it from a browser, whatever the origins.
+	Private bool
 }
 
 // Options configure a Server.
@@ -80,6 +83,9 @@ type Options struct {
 	// IdleTimeout closes idle keep-alive connections; 0 is
 	// DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// Origins are the pages that may call the agent from a browser
+	// (cors.go); the zero value is any origin.
+	Origins Origins
 }
 
 // Server serves every mounted surface on its listeners, under one set
@@ -91,6 +97,7 @@ type Server struct {
 	mux     *http.ServeMux
 	methods map[string][]string // a path's methods, for answering the others
 	host    map[string]bool     // paths served on reserve connections
+	private map[string]bool     // paths no page may call (Route.Private)
 	conns   *conns
 	named   map[string]*Surface
 	onState func(http.ConnState) // a test's view of connection states
@@ -121,7 +128,7 @@ func New(o Options) *Server {
 	}
 	s := &Server{
 		o: o, log: o.Logger, auth: o.Auth, mux: http.NewServeMux(),
-		methods: map[string][]string{}, host: map[string]bool{}, named: map[string]*Surface{},
+		methods: map[string][]string{}, host: map[string]bool{}, private: map[string]bool{}, named: map[string]*Surface{},
 		shutdown: make(chan struct{}),
 	}
 	s.mux.HandleFunc("/", s.noRoute)
@@ -134,6 +141,9 @@ func (s *Server) Auth() *Auth { return s.auth }
 
 // Traffic is the server's traffic counter.
 func (s *Server) Traffic() *traffic.Counter { return s.o.Traffic }
+
+// Origins are the pages that may call the agent from a browser.
+func (s *Server) Origins() Origins { return s.o.Origins }
 
 // MaxConns is how many connections are served at once.
 func (s *Server) MaxConns() int { return s.o.MaxConns }
@@ -167,6 +177,9 @@ func (s *Server) Mount(sf Surface) {
 		}
 		if rt.Host {
 			s.host[path] = true
+		}
+		if rt.Private {
+			s.private[path] = true
 		}
 	}
 	s.named[sf.Name] = &sf
@@ -218,7 +231,21 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 
 // Handler is every mounted surface behind the connection limits, for
 // tests that run their own listener.
-func (s *Server) Handler() http.Handler { return s.limit(s.mux) }
+func (s *Server) Handler() http.Handler { return s.limit(s.withCORS(s.mux)) }
+
+// withCORS answers browsers' preflights and adds CORS headers on every
+// route but the private ones. Preflights need no token (a browser sends
+// none); the request that follows does.
+func (s *Server) withCORS(h http.Handler) http.Handler {
+	ch := s.o.Origins.handler(h)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.private[r.URL.Path] {
+			h.ServeHTTP(w, r)
+			return
+		}
+		ch.ServeHTTP(w, r)
+	})
+}
 
 // Serve serves every mounted surface on l until Shutdown.
 func (s *Server) Serve(l net.Listener) error { return s.serve(l, s.mux) }
@@ -246,7 +273,7 @@ func (s *Server) serve(l net.Listener, h http.Handler) error {
 		// No ReadTimeout or WriteTimeout: surfaces stream for minutes
 		// (websockets, downloads, long responses); handlers that read
 		// small bodies set their own deadline.
-		Handler:           s.limit(h),
+		Handler:           s.limit(s.withCORS(h)),
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       s.o.IdleTimeout,
 		ConnState: func(c net.Conn, st http.ConnState) {
