@@ -15,9 +15,10 @@ STATE_DIR ?= $(CURDIR)/build/state
 DEV_TOKEN_FILE := $(STATE_DIR)/dev-token
 
 # Debian packages the unit tests need: a real ipykernel, ps, and mkfs.ext4
-# (a small ext4 with blocks kept for root); the image build and VM tools
+# (a small ext4 with blocks kept for root), numpy (clone-safety tests reseed
+# its global state); the image build and VM tools
 # come from rootfs/deps.sh.
-TEST_PACKAGES := python3-ipykernel procps e2fsprogs
+TEST_PACKAGES := python3-ipykernel python3-numpy procps e2fsprogs
 
 .PHONY: all build run test unit deps node-deps bench bench-agent fuzz lint clean proto
 

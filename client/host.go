@@ -9,13 +9,21 @@ import (
 	"net/http"
 )
 
-// ResumeOptions is the body of POST /v1/resume; both are optional.
+// ResumeOptions is the body of POST /v1/resume; every field is optional.
 type ResumeOptions struct {
 	// ResumeID makes retries of one resume idempotent: a repeated id gets
 	// the first answer again.
 	ResumeID string
 	// TimeUnixNs is the wall clock the agent sets first; 0: leave it.
 	TimeUnixNs int64
+	// Entropy is fresh random bytes from the host (32 to 512) the agent
+	// mixes into the guest's CRNG before it re-keys it: send new bytes
+	// on every resume of a snapshot that is resumed more than once.
+	Entropy []byte
+	// SandboxID names the sandbox this copy of the snapshot now is (at
+	// most 128 bytes): another id than the last gives the agent a new
+	// identity (protocol section 7).
+	SandboxID string
 }
 
 // InitOptions is the body of POST /v1/init; zero fields are left out.
@@ -29,6 +37,9 @@ type InitOptions struct {
 	TimeUnixNs  int64
 	// MaxIdleSeconds sets the idle policy (at least 60).
 	MaxIdleSeconds int
+	// Entropy and SandboxID work as in ResumeOptions.
+	Entropy   []byte
+	SandboxID string
 }
 
 // Host makes the host's calls (init, resume, health) over plain HTTP,
@@ -47,7 +58,9 @@ func (h Host) Resume(ctx context.Context, o ResumeOptions) (Health, error) {
 	body := struct {
 		ResumeID   string `json:"resume_id,omitempty"`
 		TimeUnixNs int64  `json:"time_unix_ns,omitempty"`
-	}{o.ResumeID, o.TimeUnixNs}
+		Entropy    []byte `json:"entropy,omitempty"` // base64, as encoding/json writes []byte
+		SandboxID  string `json:"sandbox_id,omitempty"`
+	}{o.ResumeID, o.TimeUnixNs, o.Entropy, o.SandboxID}
 	var out Health
 	return out, h.post(ctx, "/v1/resume", body, &out)
 }
@@ -64,7 +77,10 @@ func (h Host) Init(ctx context.Context, o InitOptions) (Health, error) {
 		DefaultCwd  string            `json:"default_cwd,omitempty"`
 		TimeUnixNs  int64             `json:"time_unix_ns,omitempty"`
 		IdlePolicy  *idlePolicy       `json:"idle_policy,omitempty"`
-	}{AccessToken: o.AccessToken, Env: o.Env, DefaultUser: o.DefaultUser, DefaultCwd: o.DefaultCwd, TimeUnixNs: o.TimeUnixNs}
+		Entropy     []byte            `json:"entropy,omitempty"`
+		SandboxID   string            `json:"sandbox_id,omitempty"`
+	}{AccessToken: o.AccessToken, Env: o.Env, DefaultUser: o.DefaultUser, DefaultCwd: o.DefaultCwd, TimeUnixNs: o.TimeUnixNs,
+		Entropy: o.Entropy, SandboxID: o.SandboxID}
 	if o.MaxIdleSeconds != 0 {
 		body.IdlePolicy = &idlePolicy{o.MaxIdleSeconds}
 	}

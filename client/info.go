@@ -42,6 +42,7 @@ type Health struct {
 	Status           string         `json:"status"`
 	Version          string         `json:"version"`
 	Instance         string         `json:"instance"`
+	SandboxID        string         `json:"sandbox_id"`
 	ResumeGeneration uint64         `json:"resume_generation"`
 	KernelStateLost  bool           `json:"kernel_state_lost"`
 	Kernels          []KernelHealth `json:"kernels"`
@@ -55,6 +56,22 @@ type LastResume struct {
 	ResumeID   string `json:"resume_id"`
 	AtUnixMs   int64  `json:"at_unix_ms"`
 	DurationMs int64  `json:"duration_ms"`
+	// Reseeded: the guest's CRNG took a new key at this resume, from
+	// EntropySources (names only).
+	Reseeded           bool                `json:"reseeded"`
+	EntropySources     []string            `json:"entropy_sources"`
+	ReseedError        string              `json:"reseed_error"`
+	KernelsReseeded    []string            `json:"kernels_reseeded"`
+	KernelsNotReseeded []KernelNotReseeded `json:"kernels_not_reseeded"`
+	// NewSandbox: the resume named another sandbox, and the agent took a
+	// new identity (a new Instance).
+	NewSandbox bool `json:"new_sandbox"`
+}
+
+// KernelNotReseeded is a kernel a resume could not reseed, and why.
+type KernelNotReseeded struct {
+	Kernel string `json:"kernel"`
+	Reason string `json:"reason"`
 }
 
 // KernelHealth is one kernel in Health.

@@ -61,6 +61,9 @@ type config struct {
 	retention stream.Limits
 	// origins are the web pages that may call the agent from a browser.
 	origins surface.Origins
+	// reseed makes every resume re-key the kernel CRNG and reseed the
+	// kernels' PRNGs (clone safety).
+	reseed bool
 }
 
 // envBool reads a boolean environment variable, or def.
@@ -104,6 +107,7 @@ func parseServe(args []string) (config, error) {
 	fs.StringVar(&budgetDefault, "retention-budget", budgetDefault, "memory the buffers of all streams may hold together, such as 64MiB or 1GiB (env RAYITO_RETENTION_BUDGET; default a sixteenth of memory, "+stream.FormatBytes(stream.DefaultBudget())+" here)")
 	keepDefault := envOr("RAYITO_KEEP_ENDED", strconv.Itoa(stream.DefaultMaxEnded))
 	fs.StringVar(&keepDefault, "keep-ended", keepDefault, "how many ended streams stay attachable, the oldest expiring first (env RAYITO_KEEP_ENDED)")
+	fs.BoolVar(&c.reseed, "reseed-on-resume", envBool("RAYITO_RESEED_ON_RESUME", true), "on every resume, re-key the kernel CRNG and reseed the PRNGs of every Python kernel, so that sandboxes resumed from one snapshot diverge; false only to show the hazard (env RAYITO_RESEED_ON_RESUME)")
 	originsFlag := envOr("RAYITO_ALLOWED_ORIGINS", "*")
 	fs.StringVar(&originsFlag, "allowed-origins", originsFlag, "web pages that may call the agent from a browser (CORS and websocket origins): * for any, as envd, or a comma list such as https://ide.example.com; every call still needs the token (env RAYITO_ALLOWED_ORIGINS)")
 	if err := fs.Parse(args); err != nil {
@@ -312,7 +316,7 @@ func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
 	m.ptys = ptymux.NewManager(m.streams, m.reaper, m.defaults, log.Named("pty"))
 	m.watches = watch.NewManagerWith(m.streams, watch.ManagerOptions{Logger: log.Named("watch"), IsTemp: files.IsTemp})
 	m.kernels = jupyter.NewManager(jupyter.Options{
-		Registry: m.streams, Reaper: m.reaper, Defaults: m.defaults, Logger: log,
+		Registry: m.streams, Reaper: m.reaper, Defaults: m.defaults, Logger: log, Reseed: cfg.reseed,
 		OnChange: func() {
 			if m.resumer != nil {
 				m.resumer.KernelsChanged()
@@ -326,6 +330,7 @@ func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
 	m.resumer, err = resume.New(resume.Options{
 		StateDir: cfg.stateDir, Sessions: m.cuts, SetClock: m.setClock, Kernels: kernelHealth{m.kernels},
 		OnResume: m.counter.Resumed, KernelCheck: cfg.kernelCheck, Logger: log.Named("resume"),
+		Reseed: cfg.reseed, KernelReseed: kernelHealth{m.kernels}, OnNewSandbox: m.newSandbox(log.Named("resume")),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
@@ -339,6 +344,18 @@ func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
 	}
 	m.kernels.SkipIDs(earlier)
 	return m, nil
+}
+
+// newSandbox renews the agent's identity when the host names another
+// sandbox than the last: a new instance id, the template's ended streams,
+// retained output and leases gone; running processes, terminals, watches
+// and kernels stay (they are part of the template).
+func (m *managers) newSandbox(log *zap.Logger) func(string) {
+	return func(id string) {
+		old, current := m.streams.Renew()
+		leases := m.counter.Holds().DropLeases()
+		log.Info("new identity for a new sandbox", zap.String("instance", current), zap.String("previous_instance", old), zap.Int("leases_dropped", leases))
+	}
 }
 
 // clockSetter is how the agent sets the wall clock (from /v1/init or a
@@ -496,6 +513,15 @@ type kernelHealth struct{ m *jupyter.Manager }
 func (k kernelHealth) Check(ctx context.Context) []resume.KernelHealth {
 	k.m.Check(ctx)
 	return k.List()
+}
+
+func (k kernelHealth) Reseed(ctx context.Context) ([]string, []resume.KernelNotReseeded) {
+	ok, not := k.m.Reseed(ctx)
+	out := make([]resume.KernelNotReseeded, len(not))
+	for i, n := range not {
+		out[i] = resume.KernelNotReseeded{Kernel: n.Kernel, Reason: n.Reason}
+	}
+	return ok, out
 }
 
 func (k kernelHealth) List() []resume.KernelHealth {

@@ -17,7 +17,8 @@ import (
 type Health struct {
 	Status  string `json:"status"`
 	Version string `json:"version"`
-	// Instance changes when the agent restarts, not when the VM resumes.
+	// Instance changes when the agent restarts, or when a snapshot is
+	// resumed as a new sandbox (sandbox_id), not on a plain resume.
 	Instance string `json:"instance"`
 	resume.State
 	UptimeMs int64 `json:"uptime_ms"`

@@ -22,6 +22,24 @@ type Resumer interface {
 	State() resume.State
 	Generation() uint64
 	Resume(ctx context.Context, r resume.Report) resume.State
+	Init(entropy []byte, sandboxID string) (reseeded, newSandbox bool)
+}
+
+// cloneFields reads the clone-safety fields of /v1/resume and /v1/init:
+// entropy (never logged or echoed, not even in an error) and sandbox_id.
+func cloneFields(entropy *string, sandboxID string) ([]byte, *wire.Error) {
+	var b []byte
+	if entropy != nil {
+		var err error
+		if b, err = resume.DecodeEntropy(*entropy); err != nil {
+			return nil, wire.Errorf(wire.CodeBadRequest, "%v", err)
+		}
+	}
+	if err := resume.CheckSandboxID(sandboxID); err != nil {
+		clear(b)
+		return nil, wire.Errorf(wire.CodeBadRequest, "%v", err)
+	}
+	return b, nil
 }
 
 // Bounds of the bodies of host calls: they are small, so a peer that
@@ -69,8 +87,10 @@ func (s *API) handleResume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body struct {
-		ResumeID   string `json:"resume_id"`
-		TimeUnixNs *int64 `json:"time_unix_ns"`
+		ResumeID   string  `json:"resume_id"`
+		TimeUnixNs *int64  `json:"time_unix_ns"`
+		Entropy    *string `json:"entropy"`
+		SandboxID  string  `json:"sandbox_id"`
 	}
 	if e := decodeBody(w, r, &body); e != nil {
 		surface.WriteError(w, http.StatusBadRequest, e)
@@ -80,7 +100,13 @@ func (s *API) handleResume(w http.ResponseWriter, r *http.Request) {
 		surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "resume_id longer than 256 bytes"))
 		return
 	}
-	rep := resume.Report{Source: resume.SourceHost, ResumeID: body.ResumeID}
+	entropy, e := cloneFields(body.Entropy, body.SandboxID)
+	if e != nil {
+		surface.WriteError(w, http.StatusBadRequest, e)
+		return
+	}
+	defer clear(entropy)
+	rep := resume.Report{Source: resume.SourceHost, ResumeID: body.ResumeID, Entropy: entropy, SandboxID: body.SandboxID}
 	if body.TimeUnixNs != nil {
 		if *body.TimeUnixNs <= 0 {
 			surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "time_unix_ns must be positive"))
@@ -122,6 +148,8 @@ func (s *API) handleInit(w http.ResponseWriter, r *http.Request) {
 		IdlePolicy  *struct {
 			MaxIdleSeconds *int64 `json:"max_idle_seconds"`
 		} `json:"idle_policy"`
+		Entropy   *string `json:"entropy"`
+		SandboxID string  `json:"sandbox_id"`
 	}
 	// The body is read before the lock: a caller that sends it slowly
 	// holds only its own request, never the host's.
@@ -146,6 +174,12 @@ func (s *API) handleInit(w http.ResponseWriter, r *http.Request) {
 		surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "time_unix_ns must be positive"))
 		return
 	}
+	entropy, e := cloneFields(body.Entropy, body.SandboxID)
+	if e != nil {
+		surface.WriteError(w, http.StatusBadRequest, e)
+		return
+	}
+	defer clear(entropy)
 	var idle *int64
 	if body.IdlePolicy != nil && body.IdlePolicy.MaxIdleSeconds != nil {
 		idle = body.IdlePolicy.MaxIdleSeconds
@@ -189,6 +223,9 @@ func (s *API) handleInit(w http.ResponseWriter, r *http.Request) {
 	}
 	if body.AccessToken != nil {
 		s.cfg.Auth.Set(*body.AccessToken)
+	}
+	if s.cfg.Resume != nil && (entropy != nil || body.SandboxID != "") {
+		s.cfg.Resume.Init(entropy, body.SandboxID)
 	}
 	s.initDone.Store(true)
 	surface.WriteJSON(w, http.StatusOK, s.health())

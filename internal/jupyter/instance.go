@@ -73,6 +73,10 @@ type instance struct {
 	conn          *client // set before dialed is closed; nil if dialing failed
 	status        proc.Status
 	statusWasSeen bool
+	// reseedNonce names the process's reseed handler (reseed.go); ""
+	// without one, reseedWhy says why.
+	reseedNonce string
+	reseedWhy   string
 }
 
 type launchSpec struct {

@@ -47,6 +47,10 @@ func (k *Kernel) launch(ctx context.Context) (*instance, error) {
 	if err != nil && k.isShut() {
 		err = k.errShutDuringStart()
 	}
+	if err == nil {
+		// Before any cell: the handler is part of the process's start.
+		k.installReseed(inst)
+	}
 	return inst, err
 }
 

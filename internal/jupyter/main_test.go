@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 		if os.Getenv("JUPYTER_TEST_LOG") != "" {
 			logger, _ = zap.NewDevelopment()
 		}
-		env.mgr = NewManager(Options{Registry: env.reg, Reaper: reaper, Logger: logger})
+		env.mgr = NewManager(Options{Registry: env.reg, Reaper: reaper, Logger: logger, Reseed: true})
 		return func() {
 			env.mgr.Close()
 			env.reg.Close()

@@ -32,6 +32,9 @@ type Options struct {
 	// the set of kernels can be persisted. It must not call back into
 	// the Manager's mutating methods.
 	OnChange func()
+	// Reseed installs, in every Python kernel, the handler that reseeds
+	// its PRNGs on a resume (reseed.go; --reseed-on-resume).
+	Reseed bool
 }
 
 // StartOptions describe a kernel to start.
@@ -60,6 +63,9 @@ type Manager struct {
 	// lose makes kernel clients lose messages, for tests of a start
 	// that must survive it; nil otherwise.
 	lose *losses
+	// reseedOn and reseed: kernels' PRNG reseeds (reseed.go).
+	reseedOn bool
+	reseed   reseeder
 
 	defMu sync.Mutex // serializes finding or starting the default kernel
 
@@ -72,7 +78,7 @@ type Manager struct {
 
 // NewManager returns a Manager with no kernels.
 func NewManager(o Options) *Manager {
-	m := &Manager{reg: o.Registry, reaper: o.Reaper, defaults: o.Defaults, log: o.Logger, dirs: o.DataDirs, onChange: o.OnChange, kernels: map[string]*Kernel{},
+	m := &Manager{reg: o.Registry, reaper: o.Reaper, defaults: o.Defaults, log: o.Logger, dirs: o.DataDirs, onChange: o.OnChange, kernels: map[string]*Kernel{}, reseedOn: o.Reseed,
 		newConnInfo: newConnInfo, politeStop: stopPolite}
 	if m.defaults == nil {
 		m.defaults = &proc.Defaults{}
@@ -403,6 +409,7 @@ func (m *Manager) Close() error {
 		}()
 	}
 	wg.Wait()
+	m.reseed.close()
 	return nil
 }
 

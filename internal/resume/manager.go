@@ -67,9 +67,20 @@ type Options struct {
 	SetClock func(t time.Time) error
 	// OnResume runs after each sequence (the idle clock resets there).
 	OnResume func()
-	// KernelCheck bounds the kernel check; 0 is DefaultKernelCheck.
+	// KernelCheck bounds the kernel check, and the kernels' reseed; 0 is
+	// DefaultKernelCheck.
 	KernelCheck time.Duration
 	Logger      *zap.Logger
+	// Reseed turns on the clone-safety steps of every resume (clone.go):
+	// the CRNG re-key and the kernels' reseed (--reseed-on-resume).
+	Reseed bool
+	// CRNG re-keys the kernel CRNG; nil is NewCRNG().
+	CRNG Rekeyer
+	// KernelReseed reseeds the kernels' PRNGs; nil skips it.
+	KernelReseed KernelReseeder
+	// OnNewSandbox renews the agent's identity when the host names
+	// another sandbox than the last (clone.go).
+	OnNewSandbox func(sandboxID string)
 }
 
 // Report is one detector saying the VM was resumed.
@@ -77,6 +88,8 @@ type Report struct {
 	Source     Source
 	ResumeID   string // host reports: retries with the same id are one resume
 	TimeUnixNs int64  // host reports: the wall clock to set
+	Entropy    []byte // host reports: material for the CRNG re-key
+	SandboxID  string // host reports: the sandbox this copy now is
 }
 
 // Manager owns the resume generation. Safe for concurrent use.
@@ -96,6 +109,8 @@ type Manager struct {
 	goneBefore  map[string]bool // kernels already lost or dead at the last resume
 	saveMu      sync.Mutex
 	saved       uint64 // the generation on disk; guarded by saveMu
+	sandbox     string // the last sandbox id; guarded by saveMu
+	crng        Rekeyer
 	answers     map[string]State
 	answerOrder []string
 }
@@ -112,7 +127,13 @@ func New(o Options) (*Manager, error) {
 	if o.KernelCheck <= 0 {
 		o.KernelCheck = DefaultKernelCheck
 	}
-	m := &Manager{o: o, log: o.Logger, reported: map[Source]bool{}, answers: map[string]State{}}
+	if o.CRNG == nil {
+		o.CRNG = NewCRNG()
+	}
+	m := &Manager{o: o, log: o.Logger, reported: map[Source]bool{}, answers: map[string]State{}, crng: o.CRNG}
+	if err := o.CRNG.Unable(); err != nil && o.Reseed {
+		m.log.Warn("resumes will not re-key the kernel CRNG", zap.Error(err))
+	}
 	if o.StateDir == "" {
 		return m, nil
 	}
@@ -122,6 +143,7 @@ func New(o Options) (*Manager, error) {
 	}
 	boot := bootID()
 	m.gen = p.Generation
+	m.sandbox = p.SandboxID
 	if found && p.BootID != boot {
 		m.gen++
 		for _, k := range p.Kernels {
@@ -138,7 +160,7 @@ func New(o Options) (*Manager, error) {
 		}
 		m.lost = true
 	}
-	if err := saveState(o.StateDir, persisted{Generation: m.gen, BootID: boot}); err != nil {
+	if err := saveState(o.StateDir, persisted{Generation: m.gen, BootID: boot, SandboxID: m.sandbox}); err != nil {
 		return nil, err
 	}
 	m.saved = m.gen
@@ -147,8 +169,11 @@ func New(o Options) (*Manager, error) {
 
 // State returns the current resume state.
 func (m *Manager) State() State {
+	m.saveMu.Lock()
+	sandbox := m.sandbox
+	m.saveMu.Unlock()
 	m.mu.Lock()
-	s := State{Generation: m.gen, KernelStateLost: m.lost, LastResume: m.last}
+	s := State{Generation: m.gen, SandboxID: sandbox, KernelStateLost: m.lost, LastResume: m.last.withLists()}
 	s.Kernels = append(s.Kernels, m.lostKernels...)
 	m.mu.Unlock()
 	if m.o.Kernels != nil {
@@ -188,12 +213,39 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 		if r.TimeUnixNs > 0 {
 			m.setClock(r.TimeUnixNs, arrived)
 		}
+		// The host's bytes came after the guest noticed the restore by
+		// itself: they are mixed in now, on top of the earlier re-key.
+		if len(r.Entropy) > 0 && m.o.Reseed {
+			if sources, err := m.crng.Rekey(r.Entropy); err == nil {
+				m.mu.Lock()
+				if m.last != nil {
+					upd := *m.last
+					upd.Reseeded = true
+					upd.EntropySources = mergeSources(upd.EntropySources, sources)
+					m.last = &upd
+				}
+				m.mu.Unlock()
+			}
+		}
+		if m.adopt(r.SandboxID) {
+			m.mu.Lock()
+			if m.last != nil {
+				upd := *m.last
+				upd.NewSandbox = true
+				m.last = &upd
+			}
+			m.mu.Unlock()
+		}
 		return m.remember(r.ResumeID, m.State())
 	}
 	start := time.Now()
 	if r.TimeUnixNs > 0 {
 		m.setClock(r.TimeUnixNs, arrived)
 	}
+	// Clone safety first: nothing below (the kernel check's messages, the
+	// kernels' reseed) may draw from the CRNG the clones still share.
+	last := &LastResume{Source: r.Source, ResumeID: r.ResumeID, AtUnixMs: start.UnixMilli()}
+	m.rekey(r.Entropy, last)
 	// A kernel counts as lost if it stopped answering or died since the
 	// last resume: either way its variables are gone. One already reported
 	// lost or dead then is not reported again.
@@ -210,6 +262,8 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 		cancel()
 	}
 	m.goneBefore = gone
+	m.reseedKernels(ctx, last)
+	last.NewSandbox = m.adopt(r.SandboxID)
 	// On disk before anyone sees it: a crash right after a client read
 	// the new generation must not bring the agent back with the old one.
 	// Only Resume changes gen, and it runs one at a time.
@@ -223,7 +277,7 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	m.lostKernels = nil
 	// Published with the generation, so a health read showing gen also
 	// shows which resume it was.
-	m.last = &LastResume{Source: r.Source, ResumeID: r.ResumeID, AtUnixMs: start.UnixMilli()}
+	m.last = last
 	m.mu.Unlock()
 	if m.o.Sessions != nil {
 		cctx, cancel := context.WithTimeout(ctx, CutBound)
@@ -243,7 +297,9 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	m.lastAt = time.Now()
 	m.mu.Unlock()
 	m.log.Info("resumed", zap.Uint64("generation", gen), zap.String("source", string(r.Source)),
-		zap.Bool("kernel_state_lost", lost), zap.Duration("took", time.Since(start)))
+		zap.Bool("kernel_state_lost", lost), zap.Bool("reseeded", last.Reseeded), zap.Strings("entropy_sources", last.EntropySources),
+		zap.Int("kernels_reseeded", len(last.KernelsReseeded)), zap.Int("kernels_not_reseeded", len(last.KernelsNotReseeded)),
+		zap.Duration("took", time.Since(start)))
 	return m.remember(r.ResumeID, m.State())
 }
 
@@ -313,7 +369,7 @@ func (m *Manager) saveLocked(ids []string) error {
 	if m.o.StateDir == "" {
 		return nil
 	}
-	return saveState(m.o.StateDir, persisted{Generation: m.saved, BootID: bootID(), Kernels: ids})
+	return saveState(m.o.StateDir, persisted{Generation: m.saved, BootID: bootID(), Kernels: ids, SandboxID: m.sandbox})
 }
 
 // persist saves the generation and the live kernels; listing under saveMu

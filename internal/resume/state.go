@@ -12,7 +12,10 @@ import (
 
 // State is what /health reports about resumes and kernels.
 type State struct {
-	Generation      uint64         `json:"resume_generation"`
+	Generation uint64 `json:"resume_generation"`
+	// SandboxID is the sandbox the host last said this is (/v1/init,
+	// /v1/resume); "" until it says.
+	SandboxID       string         `json:"sandbox_id,omitempty"`
 	KernelStateLost bool           `json:"kernel_state_lost"`
 	Kernels         []KernelHealth `json:"kernels"`
 	LastResume      *LastResume    `json:"last_resume,omitempty"`
@@ -30,6 +33,46 @@ type LastResume struct {
 	ResumeID   string `json:"resume_id,omitempty"`
 	AtUnixMs   int64  `json:"at_unix_ms"`
 	DurationMs int64  `json:"duration_ms"`
+	// Reseeded: the kernel CRNG took a new key from material that differs
+	// per clone (clone.go). False on a cold boot (a fresh CRNG), with
+	// --reseed-on-resume=false, or without CAP_SYS_ADMIN (ReseedError).
+	Reseeded bool `json:"reseeded"`
+	// EntropySources names what the material came from ("host", "hwrng",
+	// "rdseed" or "rdrand", "time", "vmclock"); never the bytes.
+	EntropySources []string `json:"entropy_sources"`
+	ReseedError    string   `json:"reseed_error,omitempty"`
+	// KernelsReseeded are the Python kernels whose PRNGs were reseeded;
+	// KernelsNotReseeded the kernels that were not, and why.
+	KernelsReseeded    []string            `json:"kernels_reseeded"`
+	KernelsNotReseeded []KernelNotReseeded `json:"kernels_not_reseeded"`
+	// NewSandbox: the report named another sandbox than the last, and the
+	// agent took a new identity (clone.go).
+	NewSandbox bool `json:"new_sandbox,omitempty"`
+}
+
+// withLists returns l with empty lists where it has none, so that
+// /health shows [] rather than null; nil stays nil.
+func (l *LastResume) withLists() *LastResume {
+	if l == nil || (l.EntropySources != nil && l.KernelsReseeded != nil && l.KernelsNotReseeded != nil) {
+		return l
+	}
+	c := *l
+	if c.EntropySources == nil {
+		c.EntropySources = []string{}
+	}
+	if c.KernelsReseeded == nil {
+		c.KernelsReseeded = []string{}
+	}
+	if c.KernelsNotReseeded == nil {
+		c.KernelsNotReseeded = []KernelNotReseeded{}
+	}
+	return &c
+}
+
+// KernelNotReseeded is a kernel a resume could not reseed.
+type KernelNotReseeded struct {
+	Kernel string `json:"kernel"`
+	Reason string `json:"reason"`
 }
 
 // persisted is the state file: enough to notice a cold boot on the same
@@ -38,6 +81,8 @@ type persisted struct {
 	Generation uint64   `json:"generation"`
 	BootID     string   `json:"boot_id"`
 	Kernels    []string `json:"kernels"`
+	// SandboxID is the last sandbox id the host gave (clone.go).
+	SandboxID string `json:"sandbox_id,omitempty"`
 }
 
 const stateFile = "state.json"

@@ -48,7 +48,12 @@ func randomPrefix(r uint64) uint64 {
 func owns(p, id uint64) bool { return id>>idBits == p }
 
 // Instance is the agent run this registry belongs to.
-func (r *Registry) Instance() string { return r.instance.ID }
+// A snapshot resumed as another sandbox changes it (Renew).
+func (r *Registry) Instance() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.instance.ID
+}
 
 // Owns reports whether id is one this registry may have made. An id it
 // does not own comes from another run of the agent: the agent restarted

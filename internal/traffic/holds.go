@@ -367,3 +367,25 @@ func checkTTL(ttl time.Duration) error {
 	}
 	return nil
 }
+
+// DropLeases ends every lease now (a new sandbox made from a snapshot
+// must not be kept awake by its template's clients); holds bound to
+// running streams stay with their streams. It returns how many went.
+func (hs *Holds) DropLeases() int {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	now := hs.clock.Mono()
+	hs.settleLocked(now)
+	kept := hs.holds[:0]
+	for _, h := range hs.holds {
+		if h.lease() {
+			hs.stopped = max(hs.stopped, min(h.stopsAt(hs.max), now))
+			continue
+		}
+		kept = append(kept, h)
+	}
+	n := len(hs.holds) - len(kept)
+	clear(hs.holds[len(kept):])
+	hs.holds = kept
+	return n
+}

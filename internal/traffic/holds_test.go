@@ -367,3 +367,20 @@ func TestCloseStopsWatchers(t *testing.T) {
 }
 
 func clockNowMs(c *Counter) int64 { return c.clock.Now().UnixMilli() }
+
+// TestDropLeases: a new sandbox drops its template's leases; holds bound
+// to running streams stay.
+func TestDropLeases(t *testing.T) {
+	c, _ := newHeldCounter(t)
+	if _, err := c.Holds().Lease(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	bindStream(t, c, 7)
+	if n := c.Holds().DropLeases(); n != 1 {
+		t.Fatalf("dropped %d leases, want 1", n)
+	}
+	list := c.Holds().List()
+	if len(list) != 1 || list[0].Stream != 7 {
+		t.Fatalf("holds after: %+v", list)
+	}
+}

@@ -27,6 +27,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	image.cleanup()
 	soakImage.cleanup()
+	noReseedImage.cleanup()
 	timings.writeIfAsked()
 	os.Exit(code)
 }
