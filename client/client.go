@@ -37,6 +37,10 @@ type Options struct {
 	// HTTPClient makes the websocket handshake and the HTTP calls
 	// (Health, Traffic); nil uses http.DefaultClient.
 	HTTPClient *http.Client
+	// Dialer, if set, opens every connection to the agent (transport.go);
+	// the URL's host then only names the agent in requests. vsock:// and
+	// hvsock:// URLs bring their own.
+	Dialer Dialer
 	// DisableReconnect makes a dropped connection final: every handle and
 	// call fails with ErrConnectionLost.
 	DisableReconnect bool
@@ -108,10 +112,14 @@ type pending struct {
 // Dial connects to the agent at url (ws://host:port, or wss, http, https;
 // the path /v1/connect is added) and reads its hello.
 func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
-	httpBase, wsURL, err := endpointURLs(rawURL)
+	httpBase, wsURL, dial, err := endpointURLs(rawURL)
 	if err != nil {
 		return nil, err
 	}
+	if opts.Dialer != nil {
+		dial = opts.Dialer
+	}
+	opts.HTTPClient = withDialer(opts.HTTPClient, dial)
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
@@ -142,11 +150,25 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
 }
 
 // endpointURLs derives the websocket URL and the HTTP base from the URL a
-// user gives.
-func endpointURLs(raw string) (httpBase, wsURL string, err error) {
+// user gives, and the dialer its scheme needs (nil: TCP).
+func endpointURLs(raw string) (httpBase, wsURL string, dial Dialer, err error) {
+	if rest, ok := strings.CutPrefix(raw, "vsock://"); ok {
+		d, host, err := parseVsock(strings.TrimSuffix(strings.TrimSuffix(rest, "/"), "/v1/connect"))
+		if err != nil {
+			return "", "", nil, fmt.Errorf("client: url %q: %w", raw, err)
+		}
+		return "http://" + host, "ws://" + host + "/v1/connect", d, nil
+	}
+	if rest, ok := strings.CutPrefix(raw, "hvsock://"); ok {
+		d, host, err := parseHybridVsock(rest)
+		if err != nil {
+			return "", "", nil, fmt.Errorf("client: url %q: %w", raw, err)
+		}
+		return "http://" + host, "ws://" + host + "/v1/connect", d, nil
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", "", fmt.Errorf("client: bad url %q: %w", raw, err)
+		return "", "", nil, fmt.Errorf("client: bad url %q: %w", raw, err)
 	}
 	switch u.Scheme {
 	case "ws", "http":
@@ -154,10 +176,10 @@ func endpointURLs(raw string) (httpBase, wsURL string, err error) {
 	case "wss", "https":
 		u.Scheme = "https"
 	default:
-		return "", "", fmt.Errorf("client: url %q: scheme must be ws, wss, http or https", raw)
+		return "", "", nil, fmt.Errorf("client: url %q: scheme must be ws, wss, http, https, vsock or hvsock", raw)
 	}
 	if u.Host == "" {
-		return "", "", fmt.Errorf("client: url %q has no host", raw)
+		return "", "", nil, fmt.Errorf("client: url %q has no host", raw)
 	}
 	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v1/connect")
 	u.RawQuery, u.Fragment = "", ""
@@ -167,7 +189,7 @@ func endpointURLs(raw string) (httpBase, wsURL string, err error) {
 	} else {
 		u.Scheme = "ws"
 	}
-	return httpBase, u.String() + "/v1/connect", nil
+	return httpBase, u.String() + "/v1/connect", nil, nil
 }
 
 // Generation is the agent's resume generation, from the hello of the

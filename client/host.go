@@ -96,16 +96,16 @@ func (h Host) Health(ctx context.Context) (Health, error) {
 // Traffic reads the agent's /v1/traffic: byte counters, idleness and
 // the holds that keep the sandbox awake. Reading it is not traffic.
 func (h Host) Traffic(ctx context.Context) (Traffic, error) {
-	base, _, err := endpointURLs(h.URL)
+	base, _, dial, err := endpointURLs(h.URL)
 	if err != nil {
 		return Traffic{}, err
 	}
 	var t Traffic
-	return t, getJSON(ctx, h.HTTPClient, base+"/v1/traffic", h.Token, &t)
+	return t, getJSON(ctx, withDialer(h.HTTPClient, dial), base+"/v1/traffic", h.Token, &t)
 }
 
 func (h Host) post(ctx context.Context, path string, body, out any) error {
-	base, _, err := endpointURLs(h.URL)
+	base, _, dial, err := endpointURLs(h.URL)
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (h Host) post(ctx context.Context, path string, body, out any) error {
 	if h.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+h.Token)
 	}
-	hc := h.HTTPClient
+	hc := withDialer(h.HTTPClient, dial)
 	if hc == nil {
 		hc = http.DefaultClient
 	}

@@ -106,12 +106,12 @@ func (c *Client) Traffic(ctx context.Context) (Traffic, error) { return c.host()
 // GetHealth reads /health from the agent at url without a websocket: what
 // a host or a probe wants.
 func GetHealth(ctx context.Context, url string, httpClient *http.Client) (Health, error) {
-	base, _, err := endpointURLs(url)
+	base, _, dial, err := endpointURLs(url)
 	if err != nil {
 		return Health{}, err
 	}
 	var h Health
-	return h, getJSON(ctx, httpClient, base+"/health", "", &h)
+	return h, getJSON(ctx, withDialer(httpClient, dial), base+"/health", "", &h)
 }
 
 func (c *Client) getJSON(ctx context.Context, path string, v any) error {

@@ -36,7 +36,7 @@ import (
 
 // config is the agent's command line, section 10 of the protocol.
 type config struct {
-	listen      string
+	listen      []string // TCP host:port or vsock://:PORT, each served alike
 	tokenFile   string
 	token       string
 	stateDir    string
@@ -66,6 +66,34 @@ type config struct {
 	reseed bool
 }
 
+// addrList is a flag given once per address; the first use replaces the
+// default.
+type addrList struct {
+	list []string
+	set  bool
+}
+
+func (a *addrList) String() string { return strings.Join(a.list, ",") }
+
+func (a *addrList) Set(v string) error {
+	if !a.set {
+		a.list, a.set = nil, true
+	}
+	a.list = append(a.list, splitList(v)...)
+	return nil
+}
+
+// splitList splits a comma list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // envBool reads a boolean environment variable, or def.
 func envBool(name string, def bool) bool {
 	if v, err := strconv.ParseBool(os.Getenv(name)); err == nil {
@@ -85,7 +113,8 @@ func envOr(name, def string) string {
 func parseServe(args []string) (config, error) {
 	var c config
 	fs := commandFlags("serve", os.Stderr)
-	fs.StringVar(&c.listen, "listen", envOr("RAYITO_LISTEN", "0.0.0.0:49983"), "address of the endpoint (env RAYITO_LISTEN)")
+	listens := &addrList{list: splitList(envOr("RAYITO_LISTEN", "0.0.0.0:49983"))}
+	fs.Var(listens, "listen", "address of the endpoint: host:port, or vsock://:PORT for vsock; give it more than once to serve on several, all alike (env RAYITO_LISTEN, a comma list)")
 	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the access token (env RAYITO_ACCESS_TOKEN holds the token itself; the flag wins)")
 	fs.StringVar(&c.stateDir, "state-dir", envOr("RAYITO_STATE_DIR", "/var/lib/rayito-agent"), "directory for persisted state (env RAYITO_STATE_DIR)")
 	idleDefault := envOr("RAYITO_MAX_IDLE_SECONDS", "0")
@@ -112,6 +141,10 @@ func parseServe(args []string) (config, error) {
 	fs.StringVar(&originsFlag, "allowed-origins", originsFlag, "web pages that may call the agent from a browser (CORS and websocket origins): * for any, as envd, or a comma list such as https://ide.example.com; every call still needs the token (env RAYITO_ALLOWED_ORIGINS)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	c.listen = listens.list
+	if len(c.listen) == 0 {
+		return c, fmt.Errorf("--listen needs an address, such as 0.0.0.0:49983 or vsock://:49983")
 	}
 	if budgetDefault != "" {
 		n, err := parseSize(budgetDefault)
@@ -223,11 +256,15 @@ func run(cfg config, log *zap.Logger) error {
 	if err != nil {
 		log.Warn("cannot raise the descriptor limit", zap.Uint64("fd_limit", nofile), zap.Error(err))
 	}
-	l, err := listen(cfg.listen)
+	ls, err := listenAll(cfg.listen)
 	if err != nil {
 		return err
 	}
-	defer l.Close()
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
 	var ciListener net.Listener
 	if cfg.codeInterpListen != "" {
 		if ciListener, err = listen(cfg.codeInterpListen); err != nil {
@@ -243,14 +280,21 @@ func run(cfg config, log *zap.Logger) error {
 	srv := buildSurfaces(cfg, log, m)
 	defer startDetectors(cfg, log, m)()
 
-	log.Info("serving", zap.String("listen", l.Addr().String()), zap.String("version", version),
+	log.Info("serving", zap.String("listen", listenAddr(ls[0])), zap.String("version", version),
 		zap.Uint64("fd_limit", nofile), zap.Int("max_connections", srv.MaxConns()),
 		zap.Bool("token_set", cfg.token != ""), zap.String("state_dir", cfg.stateDir),
 		zap.Uint64("resume_generation", m.resumer.Generation()))
-	serveErr := make(chan error, 2)
-	go func() { serveErr <- srv.Serve(l) }()
+	serveErr := make(chan error, len(ls)+1)
+	for i, l := range ls {
+		if i > 0 {
+			// Every listener serves the same routes, auth, limits and
+			// traffic counting.
+			log.Info("serving also", zap.String("listen", listenAddr(l)))
+		}
+		go func() { serveErr <- srv.Serve(l) }()
+	}
 	if ciListener != nil {
-		log.Info("serving the code-interpreter API", zap.String("listen", ciListener.Addr().String()))
+		log.Info("serving the code-interpreter API", zap.String("listen", listenAddr(ciListener)))
 		go func() { serveErr <- srv.ServeOnly(ciListener, "codeinterp") }()
 	}
 	select {

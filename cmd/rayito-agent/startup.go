@@ -8,9 +8,11 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/mdlayher/vsock"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,9 +22,13 @@ type startupError struct{ msg string }
 
 func (e *startupError) Error() string { return e.msg }
 
-// listen opens the endpoint's address first thing, so a busy port stops
-// the agent before it touches its state directory or starts anything.
+// listen opens one of the endpoint's addresses first thing, so a busy
+// port stops the agent before it touches its state directory or starts
+// anything: host:port for TCP, vsock://:PORT for vsock (any CID).
 func listen(addr string) (net.Listener, error) {
+	if rest, ok := strings.CutPrefix(addr, "vsock://"); ok {
+		return listenVsock(addr, rest)
+	}
 	l, err := net.Listen("tcp", addr)
 	switch {
 	case err == nil:
@@ -33,6 +39,51 @@ func listen(addr string) (net.Listener, error) {
 		return nil, &startupError{fmt.Sprintf("not allowed to listen on %s (a port below 1024 needs root or CAP_NET_BIND_SERVICE)", addr)}
 	}
 	return nil, &startupError{fmt.Sprintf("cannot listen on %s: %v", addr, err)}
+}
+
+// listenVsock listens on vsock port PORT of any CID: the host (or, with
+// vsock_loopback, the guest itself) reaches the agent without a network
+// device.
+func listenVsock(addr, rest string) (net.Listener, error) {
+	cid, portS, ok := strings.Cut(rest, ":")
+	port, err := strconv.ParseUint(portS, 10, 32)
+	if !ok || cid != "" || err != nil {
+		return nil, &startupError{fmt.Sprintf("bad vsock address %q: want vsock://:PORT (any CID), such as vsock://:49983", addr)}
+	}
+	l, err := vsock.Listen(uint32(port), nil)
+	switch {
+	case err == nil:
+		return l, nil
+	case errors.Is(err, syscall.EAFNOSUPPORT), errors.Is(err, syscall.ENODEV), errors.Is(err, syscall.ESOCKTNOSUPPORT):
+		return nil, &startupError{fmt.Sprintf("cannot listen on %s: this machine has no vsock transport (AF_VSOCK: load vmw_vsock_virtio_transport, or vsock_loopback for a guest-local test): %v", addr, err)}
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, &startupError{fmt.Sprintf("%s is already in use (another agent running?); pick another port with --listen", addr)}
+	}
+	return nil, &startupError{fmt.Sprintf("cannot listen on %s: %v", addr, err)}
+}
+
+// listenAll opens every address of --listen, or closes what it opened.
+func listenAll(addrs []string) ([]net.Listener, error) {
+	var ls []net.Listener
+	for _, a := range addrs {
+		l, err := listen(a)
+		if err != nil {
+			for _, o := range ls {
+				o.Close()
+			}
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	return ls, nil
+}
+
+// listenAddr names a listener in logs as --listen would.
+func listenAddr(l net.Listener) string {
+	if a, ok := l.Addr().(*vsock.Addr); ok {
+		return fmt.Sprintf("vsock://%d:%d", a.ContextID, a.Port)
+	}
+	return l.Addr().String()
 }
 
 // catchSignals starts handling the signals the agent stops on, and a
