@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"fmt"
 	"io"
 	"time"
 
@@ -16,6 +18,8 @@ func runResume(args []string, stdout, stderr io.Writer) int {
 	url := fs.String("url", defaultURL, "the agent's address")
 	id := fs.String("id", "", "resume id: retries with the same id count as one resume")
 	now := fs.Bool("time-now", false, "set the sandbox's clock to this machine's")
+	entropy := fs.Bool("entropy", false, "send 32 fresh random bytes of this machine for the sandbox's CRNG re-key")
+	sandbox := fs.String("sandbox-id", "", "the sandbox this copy of the snapshot now is: another id than the last gives the agent a new identity")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -23,7 +27,14 @@ func runResume(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	o := client.ResumeOptions{ResumeID: *id}
+	o := client.ResumeOptions{ResumeID: *id, SandboxID: *sandbox}
+	if *entropy {
+		o.Entropy = make([]byte, 32)
+		if _, err := rand.Read(o.Entropy); err != nil {
+			fmt.Fprintf(stderr, "resume: no randomness here: %v\n", err)
+			return 1
+		}
+	}
 	if *now {
 		o.TimeUnixNs = time.Now().UnixNano()
 	}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -64,11 +66,12 @@ func TestResumeTimeNow(t *testing.T) {
 	t.Setenv("RAYITO_ACCESS_TOKEN", "tok")
 	before := time.Now().UnixNano()
 	var out, errb bytes.Buffer
-	if code := runResume([]string{"--url", srv.URL, "--time-now", "--id", "x"}, &out, &errb); code != 0 {
+	if code := runResume([]string{"--url", srv.URL, "--time-now", "--id", "x", "--entropy", "--sandbox-id", "sb"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	ns, _ := body["time_unix_ns"].(float64)
-	if body["resume_id"] != "x" || ns < float64(before) || ns > float64(time.Now().UnixNano()) {
+	entropy, _ := base64.StdEncoding.DecodeString(fmt.Sprint(body["entropy"]))
+	if body["resume_id"] != "x" || ns < float64(before) || ns > float64(time.Now().UnixNano()) || len(entropy) != 32 || body["sandbox_id"] != "sb" {
 		t.Fatalf("body %v", body)
 	}
 	if !strings.Contains(out.String(), `"resume_generation": 5`) {

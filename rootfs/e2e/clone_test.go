@@ -256,6 +256,7 @@ func cellLines(ctx context.Context, c *client.Client, id uint64, from map[string
 	if err != nil {
 		return err
 	}
+	defer cell.Detach(ctx)
 	var partial string
 	for {
 		ev, err := cell.Next(ctx)
