@@ -57,6 +57,15 @@ type Config struct {
 	// 127.0.0.1 forwarded to it (0: a free one).
 	GuestPort int
 	HostPort  int
+	// NoVMGenID leaves out the VMGenID device, as on VMMs that have none
+	// (Cloud Hypervisor): then Linux does not reseed its CRNG on a restore
+	// by itself. A snapshot restores only with the setting it was taken
+	// with.
+	NoVMGenID bool
+	// VsockCID, when not 0, gives the guest a vsock device with this
+	// context id (vhost-vsock-pci: needs /dev/vhost-vsock on this
+	// machine), so the host reaches the agent at vsock://CID:49983.
+	VsockCID uint32
 
 	QEMU            string
 	KVMProbeTimeout time.Duration

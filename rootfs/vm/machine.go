@@ -22,6 +22,8 @@ type machine struct {
 	Accel     Accel  `json:"accel"`
 	Cmdline   string `json:"cmdline"`
 	GuestPort int    `json:"guest_port"`
+	NoVMGenID bool   `json:"no_vmgenid,omitempty"`
+	VsockCID  uint32 `json:"vsock_cid,omitempty"`
 }
 
 // instance is what differs between two QEMU processes of one machine.
@@ -39,7 +41,7 @@ func (in instance) output() string { return filepath.Join(in.Dir, "qemu.log") }
 
 // newMachine resolves cfg (with defaults) into a machine.
 func newMachine(cfg Config, accel Accel) (machine, error) {
-	m := machine{QEMU: cfg.QEMU, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Accel: accel, GuestPort: cfg.GuestPort}
+	m := machine{QEMU: cfg.QEMU, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Accel: accel, GuestPort: cfg.GuestPort, NoVMGenID: cfg.NoVMGenID, VsockCID: cfg.VsockCID}
 	for _, f := range []struct {
 		name string
 		in   string
@@ -87,8 +89,17 @@ func qemuArgs(m machine, in instance) []string {
 		"-device", "virtio-blk-pci,drive=root",
 		"-netdev", fmt.Sprintf("user,id=net0,hostfwd=tcp:127.0.0.1:%d-:%d", in.HostPort, m.GuestPort),
 		"-device", "virtio-net-pci,netdev=net0",
-		"-device", "vmgenid,id=vmgenid0,guid="+in.GUID,
+		// A hardware RNG, as Firecracker and Cloud Hypervisor offer: one
+		// of the agent's sources for the CRNG re-key on resume.
+		"-object", "rng-random,id=rng0,filename=/dev/urandom",
+		"-device", "virtio-rng-pci,rng=rng0",
 	)
+	if !m.NoVMGenID {
+		args = append(args, "-device", "vmgenid,id=vmgenid0,guid="+in.GUID)
+	}
+	if m.VsockCID != 0 {
+		args = append(args, "-device", fmt.Sprintf("vhost-vsock-pci,guest-cid=%d", m.VsockCID))
+	}
 	if in.Incoming != "" {
 		args = append(args, "-incoming", in.Incoming)
 	}
