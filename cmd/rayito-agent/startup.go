@@ -51,15 +51,21 @@ func listenVsock(addr, rest string) (net.Listener, error) {
 		return nil, &startupError{fmt.Sprintf("bad vsock address %q: want vsock://:PORT (any CID), such as vsock://:49983", addr)}
 	}
 	l, err := vsock.Listen(uint32(port), nil)
-	switch {
-	case err == nil:
+	if err == nil {
 		return l, nil
-	case errors.Is(err, syscall.EAFNOSUPPORT), errors.Is(err, syscall.ENODEV), errors.Is(err, syscall.ESOCKTNOSUPPORT):
-		return nil, &startupError{fmt.Sprintf("cannot listen on %s: this machine has no vsock transport (AF_VSOCK: load vmw_vsock_virtio_transport, or vsock_loopback for a guest-local test): %v", addr, err)}
-	case errors.Is(err, syscall.EADDRINUSE):
-		return nil, &startupError{fmt.Sprintf("%s is already in use (another agent running?); pick another port with --listen", addr)}
 	}
-	return nil, &startupError{fmt.Sprintf("cannot listen on %s: %v", addr, err)}
+	return nil, vsockListenError(addr, err)
+}
+
+// vsockListenError says what to do about a vsock listener that failed.
+func vsockListenError(addr string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EAFNOSUPPORT), errors.Is(err, syscall.ENODEV), errors.Is(err, syscall.ESOCKTNOSUPPORT):
+		return &startupError{fmt.Sprintf("cannot listen on %s: this machine has no vsock transport (AF_VSOCK: load vmw_vsock_virtio_transport, or vsock_loopback for a guest-local test): %v", addr, err)}
+	case errors.Is(err, syscall.EADDRINUSE):
+		return &startupError{fmt.Sprintf("%s is already in use (another agent running?); pick another port with --listen", addr)}
+	}
+	return &startupError{fmt.Sprintf("cannot listen on %s: %v", addr, err)}
 }
 
 // listenAll opens every address of --listen, or closes what it opened.
