@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -13,6 +14,11 @@ const (
 	kvmCreateVM      = 0xAE01
 	kvmAPIVersion    = 12 // the only stable KVM API
 )
+
+// kvmHung remembers that KVM did not boot a VM in this process: on a
+// machine where it half works (nested KVM that hangs at boot) every later
+// boot would wait out the same probe timeout before falling back to TCG.
+var kvmHung atomic.Bool
 
 // kvmUsable reports whether KVM works for this process: /dev/kvm opens,
 // speaks the stable API and creates a VM. Asking first spares a QEMU

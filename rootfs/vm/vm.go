@@ -64,6 +64,8 @@ func Boot(ctx context.Context, cfg Config) (*VM, error) {
 		accel = AccelTCG
 		if ok, why := kvmUsable(); !ok {
 			cfg.Log.Info("no usable KVM here; running on TCG", zap.String("why", why))
+		} else if kvmHung.Load() {
+			cfg.Log.Info("KVM did not boot a VM earlier in this process; running on TCG")
 		} else {
 			v, err := bootAccel(ctx, cfg, AccelKVM)
 			if err == nil {
@@ -81,6 +83,7 @@ func Boot(ctx context.Context, cfg Config) (*VM, error) {
 			// One line: QEMU's abort and the console are in err, but
 			// the fallback is expected on machines where KVM half works.
 			cfg.Log.Info("KVM did not boot the VM; running on TCG", zap.String("why", firstLine(err)))
+			kvmHung.Store(true)
 		}
 	}
 	return bootAccel(ctx, cfg, accel)
