@@ -109,6 +109,9 @@ func (c *Client) attach(ctx context.Context, o AttachOptions, want Kind, outs ou
 			return nil
 		}
 		h = newHandle(c, cn, r.Stream, r.Kind, window, o.From, outs)
+		if h.input != nil {
+			h.input.begin(cn, res)
+		}
 		c.addHandle(h)
 		return nil
 	}})
@@ -156,6 +159,9 @@ func (c *Client) createWith(ctx context.Context, op string, params any, kind Kin
 			return nil
 		}
 		h, r = newHandle(c, cn, got.Stream, kind, defaultWindow, nil, outs), got
+		if h.input != nil {
+			h.input.begin(cn, res)
+		}
 		if setup != nil {
 			setup(h, got)
 		}

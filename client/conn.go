@@ -35,10 +35,12 @@ type conn struct {
 	ws    *websocket.Conn
 	batch *batchConn // nil: writes are not gathered
 	gen   uint64
-	inst  string                   // the agent run that answered
-	done  chan struct{}            // closed when the reader ended
-	hdr   [wire.MaxDataHeader]byte // reader goroutine: head of a data frame
-	text  []byte                   // reader goroutine: one control frame
+	inst  string // the agent run that answered
+	// inputOffsets: the agent numbers input (IN frames with offsets).
+	inputOffsets bool
+	done         chan struct{}            // closed when the reader ended
+	hdr          [wire.MaxDataHeader]byte // reader goroutine: head of a data frame
+	text         []byte                   // reader goroutine: one control frame
 }
 
 // head is what every control frame is first decoded into.
@@ -56,6 +58,8 @@ type helloMsg struct {
 	Version    string `json:"version"`
 	Generation uint64 `json:"generation"`
 	Instance   string `json:"instance"`
+	// InputOffsets: the agent takes IN frames with offsets.
+	InputOffsets bool `json:"input_offsets"`
 }
 
 type gapMsg struct {
@@ -102,7 +106,7 @@ func (c *Client) dial(ctx context.Context) (*conn, error) {
 		ws.CloseNow()
 		return nil, fmt.Errorf("client: agent speaks protocol %d, this client 1", h.Protocol)
 	}
-	return &conn{c: c, ws: ws, batch: batch(), gen: h.Generation, inst: h.Instance, done: make(chan struct{})}, nil
+	return &conn{c: c, ws: ws, batch: batch(), gen: h.Generation, inst: h.Instance, inputOffsets: h.InputOffsets, done: make(chan struct{})}, nil
 }
 
 // install makes cn the current connection and starts its reader; false
@@ -270,6 +274,10 @@ func (c *Client) readControl(cn *conn, r io.Reader) error {
 			return nil
 		}
 		h.onEnd(cn, &e)
+	case m.Event == "input":
+		if h.input != nil {
+			h.input.progress(msg)
+		}
 	case m.Event == "gap":
 		var g gapMsg
 		if err := json.Unmarshal(msg, &g); err != nil {

@@ -199,16 +199,21 @@ func (w *FileWriter) ready(n int) (*conn, error) {
 		cn, ch := w.cn, w.changed
 		live := cn != nil && cn == w.f.c.current()
 		if live && w.resend >= 0 {
-			var frames [][]byte
+			type frame struct {
+				off int64
+				p   []byte
+			}
+			var frames []frame
 			for _, c := range w.retained {
 				if end := c.off + int64(len(*c.buf)); end > w.resend {
-					frames = append(frames, (*c.buf)[max(w.resend-c.off, 0):])
+					from := max(w.resend-c.off, 0)
+					frames = append(frames, frame{c.off + from, (*c.buf)[from:]})
 				}
 			}
 			w.resend = -1
 			w.mu.Unlock()
-			for _, p := range frames {
-				if !w.send(cn, p) {
+			for _, f := range frames {
+				if !w.send(cn, f.off, f.p) {
 					break
 				}
 			}
@@ -226,10 +231,15 @@ func (w *FileWriter) ready(n int) (*conn, error) {
 	}
 }
 
-// send writes one IN frame on cn; false if cn dropped (a reattach will
-// tell what to resend).
-func (w *FileWriter) send(cn *conn, p []byte) bool {
-	w.frame = wire.AppendData(w.frame[:0], wire.Data{Type: wire.In, Stream: w.h.id, Channel: wire.ChanInput, Payload: p})
+// send writes one IN frame on cn, numbered where the agent takes that (so
+// that input lost on the way is refused, not appended after a hole);
+// false if cn dropped (a reattach will tell what to resend).
+func (w *FileWriter) send(cn *conn, off int64, p []byte) bool {
+	d := wire.Data{Type: wire.In, Stream: w.h.id, Channel: wire.ChanInput, Payload: p}
+	if cn.inputOffsets {
+		d.Type, d.Offset = wire.InAt, uint64(off)
+	}
+	w.frame = wire.AppendData(w.frame[:0], d)
 	if err := cn.write(websocket.MessageBinary, w.frame); err != nil {
 		w.mu.Lock()
 		if w.cn == cn {
@@ -345,11 +355,12 @@ func (w *FileWriter) push(buf *[]byte) error {
 		return err
 	}
 	w.mu.Lock()
-	w.retained = append(w.retained, retainedChunk{off: w.sent, buf: buf})
+	off := w.sent
+	w.retained = append(w.retained, retainedChunk{off: off, buf: buf})
 	w.sent += int64(len(*buf))
 	w.mu.Unlock()
 	if w.hash == nil {
-		w.send(cn, *buf)
+		w.send(cn, off, *buf)
 		return nil
 	}
 	// The hash runs on another core while the frame goes out.
@@ -358,7 +369,7 @@ func (w *FileWriter) push(buf *[]byte) error {
 		w.hash.Write(*buf)
 		close(hashed)
 	}()
-	w.send(cn, *buf)
+	w.send(cn, off, *buf)
 	<-hashed
 	return nil
 }

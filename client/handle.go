@@ -33,6 +33,9 @@ type handle struct {
 	// onAttach, if set, gets each reattach's result on the reader
 	// goroutine, before the stream's first frame on that connection.
 	onAttach func(res json.RawMessage)
+	// input numbers a process's or terminal's input (input.go); nil for
+	// other kinds.
+	input *inputFeed
 
 	ackQueued  atomic.Bool // an immediate ack is queued
 	lazyQueued atomic.Bool // a delayed ack is queued
@@ -56,6 +59,9 @@ type handle struct {
 // callbacks in outs. The caller registers it with the client.
 func newHandle(c *Client, cn *conn, id uint64, kind Kind, window int, from map[string]uint64, outs outputs) *handle {
 	h := &handle{c: c, conn: cn, id: id, kind: kind, window: window, done: make(chan struct{}), pumpsDone: make(chan struct{})}
+	if kind == KindProcess || kind == KindPTY {
+		h.input = newInputFeed(h)
+	}
 	nums, events := channelsOf(kind)
 	for _, n := range nums {
 		name := wire.ChannelName(n)
@@ -164,6 +170,12 @@ func (h *handle) onEvent(seq uint64, raw []byte) {
 // for refused input, so later writes fail with it rather than leave a
 // hole in the input.
 func (h *handle) onError(e *Error) {
+	if isInputGap(e) {
+		// The agent closes that connection; input goes on from the
+		// reattach.
+		h.c.log.Debug("input gap refused; resending after the reconnect", zap.Uint64("stream", h.id))
+		return
+	}
 	h.mu.Lock()
 	if h.inputErr == nil {
 		h.inputErr = e

@@ -128,15 +128,29 @@ func (p *Process) Stdout() io.Reader { return p.h.bytes[wire.ChanStdout] }
 // Stderr is Stdout for standard error.
 func (p *Process) Stderr() io.Reader { return p.h.bytes[wire.ChanStderr] }
 
-// Write sends input to the process's stdin (started with Stdin), split
-// into frames of at most 1 MiB. The agent queues up to 1 MiB that the
-// process has not read yet; input beyond that is refused and makes later
-// writes fail with a `limit` *Error. Input in flight when the connection
-// drops may be lost: the protocol has no input cursor.
-func (p *Process) Write(b []byte) (int, error) {
+// Write sends input to the process's stdin (started with Stdin). It
+// waits while the agent holds 1 MiB the process has not read yet (the
+// process reads at its own pace), and each byte reaches the process once
+// and in order across reconnects and resumes: the client keeps what the
+// agent has not written yet and sends it again after a reconnect
+// (input.go). Against an agent without input offsets, input beyond the
+// agent's 1 MiB queue is refused instead and fails later writes with a
+// `limit` *Error, and input in flight when a connection drops may be lost.
+func (p *Process) Write(b []byte) (int, error) { return p.WriteContext(context.Background(), b) }
+
+// WriteContext is Write that stops waiting for room when ctx ends.
+func (p *Process) WriteContext(ctx context.Context, b []byte) (int, error) {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
-	return p.h.writeInput(&p.frame, b)
+	if err := p.h.inputError(); err != nil {
+		return 0, err
+	}
+	n, numbered, err := p.h.input.write(ctx, b)
+	if numbered || err != nil {
+		return n, err
+	}
+	m, err := p.h.writeInput(&p.frame, b[n:])
+	return n + m, err
 }
 
 // CloseStdin closes the process's stdin once the input already written
@@ -146,6 +160,9 @@ func (p *Process) CloseStdin(ctx context.Context) error {
 	defer p.wmu.Unlock()
 	if err := p.h.inputError(); err != nil {
 		return err
+	}
+	if p.h.input.numbered() {
+		return p.h.input.closeAt(ctx)
 	}
 	_, err := p.h.c.call(ctx, "close_stdin", streamRef{Stream: p.h.id}, callOpts{})
 	return err

@@ -113,19 +113,27 @@ func (p *PTY) Hold() string { return p.hold }
 // after it), ErrCallbackOwnsOutput if OnOutput was set.
 func (p *PTY) Output() io.Reader { return p.h.bytes[wire.ChanPTY] }
 
-// Write sends keystrokes: Enter is "\r", Ctrl-C 0x03, Ctrl-D 0x04. Input
-// the program has not read is queued up to 1 MiB; beyond that the agent
-// refuses it and later writes fail with a `limit` *Error. Keystrokes in
-// flight when the connection drops may be lost. Writing to a terminal
-// whose program has ended fails with a `conflict` *Error, as the agent
-// answers such input.
-func (p *PTY) Write(b []byte) (int, error) {
+// Write sends keystrokes: Enter is "\r", Ctrl-C 0x03, Ctrl-D 0x04. It
+// waits while 1 MiB the program has not read is queued, and every
+// keystroke reaches the terminal once and in order across reconnects and
+// resumes, as Process.Write's input does. Writing to a terminal whose
+// program has ended fails with a `conflict` *Error, as the agent answers
+// such input.
+func (p *PTY) Write(b []byte) (int, error) { return p.WriteContext(context.Background(), b) }
+
+// WriteContext is Write that stops waiting for room when ctx ends.
+func (p *PTY) WriteContext(ctx context.Context, b []byte) (int, error) {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	if err := p.endedError(); err != nil {
 		return 0, err
 	}
-	n, err := p.h.writeInput(&p.frame, b)
+	n, numbered, err := p.h.input.write(ctx, b)
+	if !numbered && err == nil {
+		var m int
+		m, err = p.h.writeInput(&p.frame, b[n:])
+		n += m
+	}
 	if errors.Is(err, io.ErrClosedPipe) {
 		if e := p.endedError(); e != nil {
 			err = e

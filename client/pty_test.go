@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -361,18 +362,24 @@ func TestPTYBadInput(t *testing.T) {
 		}
 	}
 	must(t, p.Resize(ctx, 10000, 1))
-	// sleep never reads: past 1 MiB of queued keystrokes input is
-	// refused, and the writes after that say so.
+	// sleep never reads: once 1 MiB of keystrokes waits in the agent, a
+	// write waits for room (here until its context ends) instead of
+	// failing, and the connection serves everything else meanwhile.
 	chunk := bytes.Repeat([]byte("x"), 64<<10)
+	wctx, cancelWrite := context.WithTimeout(ctx, 2*time.Second)
 	var werr error
-	for sent := 0; werr == nil && sent < 64<<20; sent += len(chunk) {
-		_, werr = p.Write(chunk)
-		if werr == nil && sent > 2<<20 {
-			time.Sleep(10 * time.Millisecond) // the refusal is on its way
-		}
+	sent := 0
+	for ; werr == nil && sent < 64<<20; sent += len(chunk) {
+		_, werr = p.WriteContext(wctx, chunk)
 	}
-	if !client.HasCode(werr, client.CodeLimit) {
-		t.Fatalf("writing 64 MiB to a program that does not read: %v, want limit", werr)
+	cancelWrite()
+	if !errors.Is(werr, context.DeadlineExceeded) || sent > 2<<20 {
+		t.Fatalf("writing 64 MiB to a program that does not read: %v after %d bytes, want to wait for room after about 1 MiB", werr, sent)
+	}
+	if out, err := c.Exec(ctx, client.ExecOptions{Argv: []string{"echo", "still served"}}); err != nil {
+		t.Fatalf("the connection while a write waits: %v", err)
+	} else if b, _ := io.ReadAll(out.Stdout()); string(b) != "still served\n" {
+		t.Fatalf("the connection while a write waits: %q", b)
 	}
 	must(t, p.Signal(ctx, client.SIGKILL))
 	st, err := p.Wait(ctx)

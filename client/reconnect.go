@@ -143,6 +143,9 @@ func (c *Client) reattach(cn *conn, h *handle) error {
 			if h.onAttach != nil {
 				h.onAttach(res)
 			}
+			if h.input != nil {
+				h.input.reattached(rc, res)
+			}
 		}
 		return nil
 	}})

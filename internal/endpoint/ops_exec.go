@@ -106,6 +106,9 @@ func (s *Server) create(c *call, attach *bool, build func() (*stream.Stream, map
 		return result, nil
 	}
 	c.after = start
+	if result != nil {
+		c.ss.inputCursors(st, result)
+	}
 	return result, nil
 }
 

@@ -129,6 +129,7 @@ func (s *Server) opAttach(c *call) (any, error) {
 	r := streamResult(st)
 	r["instance"] = s.instance()
 	c.ss.takeOver(st, r)
+	c.ss.inputCursors(st, r)
 	return r, nil
 }
 
@@ -250,13 +251,25 @@ func (s *Server) opSignal(c *call) (any, error) {
 }
 
 func (s *Server) opCloseStdin(c *call) (any, error) {
-	var p streamRef
+	var p struct {
+		streamRef
+		// Offset, from clients that number their input: close once that
+		// much input was received (input_offsets.go).
+		Offset *uint64 `json:"offset"`
+	}
 	if err := c.params(&p); err != nil {
 		return nil, err
 	}
 	st, err := s.stream(p.Stream)
 	if err != nil {
 		return nil, err
+	}
+	if p.Offset != nil {
+		oi, ok := st.Control.(OffsetInputCloser)
+		if !ok {
+			return nil, wire.Errorf(wire.CodeBadRequest, "stream %d (%s) has no stdin", st.ID, st.Kind)
+		}
+		return nil, oi.CloseInputAt(*p.Offset)
 	}
 	ic, ok := st.Control.(InputCloser)
 	if !ok {
@@ -306,13 +319,17 @@ func (ss *Session) handleData(msg []byte) (tooBig bool) {
 		ss.sendError(wire.Errorf(wire.CodeBadRequest, "%v", err), 0)
 		return false
 	}
-	if d.Type != wire.In {
+	if d.Type != wire.In && d.Type != wire.InAt {
 		ss.sendError(wire.Errorf(wire.CodeBadRequest, "clients send IN frames only"), d.Stream)
 		return false
 	}
 	st, err := ss.srv.stream(d.Stream)
 	if err != nil {
 		ss.sendError(wire.AsError(err), d.Stream)
+		return false
+	}
+	if d.Type == wire.InAt {
+		ss.inputAt(st, d.Offset, d.Payload)
 		return false
 	}
 	if in, ok := st.Control.(SessionInput); ok {

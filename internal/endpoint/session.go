@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 	"go.uber.org/zap"
 
+	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/surface"
 	"github.com/rayito/rayito-agent/internal/wire"
 )
@@ -63,7 +64,8 @@ type Session struct {
 
 	mu         sync.Mutex
 	atts       map[uint64]*attachment
-	reserved   int // attachment slots claimed by ops still creating their stream
+	feeding    map[uint64]*stream.Input // inputs this connection is told the progress of
+	reserved   int                      // attachment slots claimed by ops still creating their stream
 	closeCode  websocket.StatusCode
 	closeWhy   string
 	pumps      sync.WaitGroup
@@ -133,7 +135,8 @@ func (ss *Session) Generation() uint64 { return ss.generation }
 // another goroutine, which then ends the session (brief.go): a blocked
 // op never holds a closed connection's session open.
 func (ss *Session) run() {
-	hello, _ := jsonBytes(map[string]any{"event": "hello", "protocol": 1, "version": ss.srv.cfg.Version, "generation": ss.generation, "instance": ss.srv.instance()})
+	hello, _ := jsonBytes(map[string]any{"event": "hello", "protocol": 1, "version": ss.srv.cfg.Version, "generation": ss.generation, "instance": ss.srv.instance(),
+		"input_offsets": true})
 	ss.queue(ss.ctrl, outFrame{msg: hello})
 	go func() {
 		defer close(ss.writerDone)

@@ -1,6 +1,7 @@
 package files
 
 import (
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -103,6 +104,26 @@ func (u *Upload) WriteInputFrom(from any, p []byte) error {
 	u.received += int64(len(p))
 	u.signal()
 	return nil
+}
+
+// WriteInputAt is WriteInputFrom for input that starts at offset off of
+// the upload (IN frames with offsets): what the upload received already
+// is dropped, and a frame past it (input lost on the way) is refused
+// with nothing written. The owner check stays: input from a connection
+// the upload was taken from is refused as before.
+func (u *Upload) WriteInputAt(from any, off uint64, p []byte) error {
+	u.mu.Lock()
+	received := uint64(u.received)
+	u.mu.Unlock()
+	switch {
+	case off > received:
+		return newErr("write", u.w.Path(), ErrInvalid, fmt.Errorf("%w: a frame at offset %d, but only %d bytes were received: nothing written", stream.ErrInputGap, off, received))
+	case off+uint64(len(p)) <= received:
+		return nil
+	}
+	// Only WriteInput* add to received, and frames of one connection are
+	// handled one at a time: received is still what it was above.
+	return u.WriteInputFrom(from, p[received-off:])
 }
 
 // CloseInput commits the file once the queued input is written; the

@@ -283,10 +283,34 @@ func (p *process) CloseInput() error {
 	return inputError(p.s.ID, p.input.CloseInput())
 }
 
+// WriteInputAt is WriteInput for input that starts at offset off
+// (stream/input_offsets.go).
+func (p *process) WriteInputAt(off uint64, b []byte) error {
+	if p.input == nil {
+		return wire.Errorf(wire.CodeBadRequest, "stream %d was started without stdin (exec with \"stdin\": true)", p.s.ID)
+	}
+	return inputError(p.s.ID, p.input.WriteAt(off, b))
+}
+
+// CloseInputAt closes stdin once off bytes of input were received.
+func (p *process) CloseInputAt(off uint64) error {
+	if p.input == nil {
+		return wire.Errorf(wire.CodeBadRequest, "stream %d was started without stdin", p.s.ID)
+	}
+	return inputError(p.s.ID, p.input.CloseAt(off))
+}
+
+// Input is the process's stdin, nil without one.
+func (p *process) Input() *stream.Input { return p.input }
+
 func inputError(id uint64, err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, stream.ErrInputGap):
+		return wire.Errorf(wire.CodeBadRequest, "stdin of stream %d: %v", id, err)
+	case errors.Is(err, stream.ErrInputEOF):
+		return wire.Errorf(wire.CodeConflict, "stdin of stream %d: %v", id, err)
 	case errors.Is(err, stream.ErrInputFull):
 		return wire.Errorf(wire.CodeLimit, "stdin queue of stream %d is full (1 MiB): the process is not reading", id)
 	case errors.Is(err, stream.ErrInputClosed), errors.Is(err, io.ErrClosedPipe), errors.Is(err, syscall.EPIPE):

@@ -140,6 +140,30 @@ func (p *PTY) WriteInput(b []byte) error {
 	}
 }
 
+// WriteInputAt is WriteInput for keystrokes that start at offset off of
+// the terminal's input (stream/input_offsets.go).
+func (p *PTY) WriteInputAt(off uint64, b []byte) error {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	if exited {
+		return p.errEnded()
+	}
+	switch err := p.input.WriteAt(off, b); {
+	case err == nil:
+		return nil
+	case errors.Is(err, stream.ErrInputGap):
+		return wire.Errorf(wire.CodeBadRequest, "pty %d: %v", p.id.Load(), err)
+	case errors.Is(err, stream.ErrInputFull):
+		return wire.Errorf(wire.CodeLimit, "pty %d: input queue is full (%d bytes): the program is not reading", p.id.Load(), stream.DefaultInputQueue)
+	default:
+		return p.errEnded()
+	}
+}
+
+// Input is the terminal's input queue.
+func (p *PTY) Input() *stream.Input { return p.input }
+
 // Resize sets the terminal's size; the foreground job gets SIGWINCH.
 func (p *PTY) Resize(cols, rows uint16) error {
 	if err := CheckSize(int(cols), int(rows)); err != nil {

@@ -17,7 +17,18 @@ const DefaultInputQueue = 1 << 20
 var (
 	ErrInputFull   = errors.New("stream: input queue full")
 	ErrInputClosed = errors.New("stream: input closed")
+	// ErrInputGap: an input frame starts past what was received: input
+	// in between was lost on the way (protocol section 5).
+	ErrInputGap = errors.New("stream: input would leave a gap")
+	// ErrInputEOF: an end of input at an offset below what was received.
+	ErrInputEOF = errors.New("stream: end of input before input already received")
 )
+
+// InputProgressEvery is how much written input makes the Input report
+// progress: a quarter of the queue, so that a client whose window is the
+// queue always has three quarters of it to send in while the report is
+// on its way.
+const InputProgressEvery = DefaultInputQueue / 4
 
 // Input feeds client input to a producer (a process's stdin, a pty) without
 // ever blocking the connection that delivered it: writes are queued, up to a
@@ -35,6 +46,16 @@ type Input struct {
 	failed  error
 	wake    chan struct{}
 	done    chan struct{}
+
+	// The input cursor (input_offsets.go): bytes accepted (written or
+	// queued) and bytes the producer took, since the start.
+	received uint64
+	written  uint64
+	closeAt  int64 // an end of input waiting for received to get there; -1 none
+	// progress reports the cursor to the client feeding the input.
+	progress   func(received, written uint64)
+	lastReport uint64
+	due        func() // a report to make once the lock is released
 }
 
 // NewInput starts copying to w. closeFn, if not nil, runs once the queue is
@@ -44,7 +65,7 @@ func NewInput(w io.Writer, closeFn func() error, max int) *Input {
 	if max <= 0 {
 		max = DefaultInputQueue
 	}
-	in := &Input{w: w, closeFn: closeFn, max: max, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	in := &Input{w: w, closeFn: closeFn, max: max, wake: make(chan struct{}, 1), done: make(chan struct{}), closeAt: -1}
 	in.try = nonBlocking(w)
 	go in.run()
 	return in
@@ -75,13 +96,29 @@ func nonBlocking(w io.Writer) syscall.RawConn {
 // max bytes, and with ErrInputClosed after CloseInput or a failed write.
 func (in *Input) Write(p []byte) error {
 	in.mu.Lock()
-	defer in.mu.Unlock()
+	defer in.unlock()
+	return in.writeLocked(p)
+}
+
+// unlock releases the lock, then makes the report that became due: the
+// report sends on a connection, which must not hold up the input.
+func (in *Input) unlock() {
+	due := in.due
+	in.due = nil
+	in.mu.Unlock()
+	if due != nil {
+		due()
+	}
+}
+
+func (in *Input) writeLocked(p []byte) error {
 	switch {
 	case in.closing || in.failed != nil:
 		return ErrInputClosed
 	case in.queued+len(p) > in.max:
 		return ErrInputFull
 	}
+	in.received += uint64(len(p))
 	if len(in.queue) == 0 && in.try != nil {
 		// Nothing queued or in flight: write now, in the caller, which
 		// saves a keystroke the hand-off to the copying goroutine. What
@@ -92,7 +129,9 @@ func (in *Input) Write(p []byte) error {
 			in.signal()
 			return ErrInputClosed
 		}
+		in.written += uint64(n)
 		if p = p[n:]; len(p) == 0 {
+			in.reportLocked()
 			return nil
 		}
 	}
@@ -188,6 +227,10 @@ func (in *Input) run() {
 		if err != nil && in.failed == nil {
 			in.failed = err
 		}
-		in.mu.Unlock()
+		if err == nil {
+			in.written += uint64(len(p))
+			in.reportLocked()
+		}
+		in.unlock()
 	}
 }

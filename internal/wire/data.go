@@ -14,6 +14,12 @@ const (
 	Out FrameType = 0x01
 	// In carries input (stdin or pty keystrokes) from a client to the agent.
 	In FrameType = 0x02
+	// InAt is In with the offset of its first byte in the stream's input:
+	// the agent writes every input byte once and in order whatever
+	// connection brings it, drops what it already has, and refuses a frame
+	// that would leave a gap (protocol section 5). Agents that say
+	// input_offsets in their hello take it.
+	InAt FrameType = 0x03
 )
 
 // Channel numbers used inside data frames.
@@ -53,17 +59,17 @@ type Data struct {
 	Type    FrameType
 	Stream  uint64
 	Channel byte
-	Offset  uint64 // OUT frames only
+	Offset  uint64 // OUT and InAt frames
 	Payload []byte
 }
 
 // AppendData appends the encoding of d to dst and returns the extended slice.
-// Offset is written only for OUT frames, as the protocol says.
+// Offset is written only for OUT and InAt frames, as the protocol says.
 func AppendData(dst []byte, d Data) []byte {
 	dst = append(dst, byte(d.Type))
 	dst = binary.AppendUvarint(dst, d.Stream)
 	dst = append(dst, d.Channel)
-	if d.Type == Out {
+	if d.Type == Out || d.Type == InAt {
 		dst = binary.AppendUvarint(dst, d.Offset)
 	}
 	return append(dst, d.Payload...)
@@ -86,7 +92,7 @@ func DecodeData(msg []byte) (Data, error) {
 		return d, ErrShort
 	}
 	d.Type = FrameType(msg[0])
-	if d.Type != Out && d.Type != In {
+	if d.Type != Out && d.Type != In && d.Type != InAt {
 		return d, fmt.Errorf("%w: 0x%02x", ErrFrameType, msg[0])
 	}
 	rest := msg[1:]
@@ -101,7 +107,7 @@ func DecodeData(msg []byte) (Data, error) {
 	d.Channel = rest[0]
 	rest = rest[1:]
 	switch d.Type {
-	case In:
+	case In, InAt:
 		if d.Channel != ChanInput {
 			return d, fmt.Errorf("%w: IN on channel %d", ErrChannel, d.Channel)
 		}
@@ -109,6 +115,8 @@ func DecodeData(msg []byte) (Data, error) {
 		if d.Channel < ChanStdout || d.Channel > ChanData {
 			return d, fmt.Errorf("%w: OUT on channel %d", ErrChannel, d.Channel)
 		}
+	}
+	if d.Type == Out || d.Type == InAt {
 		if d.Offset, n = binary.Uvarint(rest); n <= 0 {
 			return d, fmt.Errorf("%w: offset", ErrVarint)
 		}

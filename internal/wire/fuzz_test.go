@@ -10,6 +10,7 @@ import (
 func FuzzDecodeData(f *testing.F) {
 	f.Add(AppendData(nil, Data{Type: Out, Stream: 1, Channel: ChanStdout, Offset: 5, Payload: []byte("hi")}))
 	f.Add(AppendData(nil, Data{Type: In, Stream: 300, Channel: ChanInput, Payload: []byte("x")}))
+	f.Add(AppendData(nil, Data{Type: InAt, Stream: 7, Channel: ChanInput, Offset: 1 << 40, Payload: []byte("at")}))
 	f.Add([]byte{0x01, 0x80})
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		d, err := DecodeData(msg)

@@ -14,6 +14,7 @@ func TestDataRoundTrip(t *testing.T) {
 		{Type: Out, Stream: 300, Channel: ChanPTY, Offset: 127, Payload: bytes.Repeat([]byte{0xff}, 1000)},
 		{Type: Out, Stream: 301, Channel: ChanData, Offset: 1 << 30, Payload: []byte("file")},
 		{Type: In, Stream: 9, Channel: ChanInput, Payload: []byte("input\n")},
+		{Type: InAt, Stream: 9, Channel: ChanInput, Offset: 12, Payload: []byte("input\n")},
 	}
 	for _, c := range cases {
 		enc := AppendData(nil, c)

@@ -1,0 +1,246 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/coder/websocket"
+
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// Input with offsets (protocol section 5), for a process's stdin and a
+// terminal: every IN frame says where its bytes start, so the agent
+// writes each byte once and in order whatever connection brings it. The
+// client keeps what it sent until the agent reports it written (`input`
+// events, every quarter of the agent's 1 MiB queue), never has more than
+// that queue in flight (a Write waits for room instead of failing), and
+// after a reconnect or a resume sends again from what the agent says it
+// received. Agents whose hello does not say input_offsets get plain IN
+// frames, as before.
+
+// inputWindow is what may be sent and not yet written: the agent's input
+// queue (stream.DefaultInputQueue).
+const inputWindow = 1 << 20
+
+// inputChunk bounds one IN frame, so the window opens in steps.
+const inputChunk = 64 << 10
+
+// inputFeed is the client side of one stream's numbered input.
+type inputFeed struct {
+	h      *handle
+	sendMu sync.Mutex // frames go out in offset order
+	frame  []byte     // under sendMu
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on progress, reattach, end
+	written uint64        // what the agent reported written
+	sent    uint64        // what callers handed over
+	base    uint64        // the offset of buf[0]
+	buf     []byte        // input [base, sent), kept until written
+	cn      *conn         // the connection the stream is attached on
+	next    uint64        // what went out on cn so far
+	// numbering: the agent answered the create or attach with the input's
+	// cursors, so this stream's input is numbered.
+	numbering bool
+}
+
+func newInputFeed(h *handle) *inputFeed {
+	return &inputFeed{h: h, changed: make(chan struct{})}
+}
+
+func (f *inputFeed) notifyLocked() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// write hands b over, waiting for room while the agent's queue is full;
+// ok is false if the connection's agent does not number input (the caller
+// falls back to plain frames).
+func (f *inputFeed) write(ctx context.Context, b []byte) (n int, ok bool, err error) {
+	for len(b) > 0 {
+		f.mu.Lock()
+		ch := f.changed
+		if !f.numbering {
+			f.mu.Unlock()
+			return n, false, nil
+		}
+		room := int(min(uint64(inputWindow)-min(f.sent-f.written, inputWindow), uint64(inputChunk)))
+		if room > 0 {
+			k := min(room, len(b))
+			f.buf = append(f.buf, b[:k]...)
+			f.sent += uint64(k)
+			f.mu.Unlock()
+			n += k
+			b = b[k:]
+			f.flush()
+			continue
+		}
+		f.mu.Unlock()
+		if err := f.usable(); err != nil {
+			return n, true, err
+		}
+		select {
+		case <-ch:
+		case <-f.h.done:
+		case <-ctx.Done():
+			return n, true, fmt.Errorf("client: input of stream %d: the program has not read what was sent (%d bytes waiting): %w", f.h.id, inputWindow, ctx.Err())
+		}
+	}
+	return n, true, f.usable()
+}
+
+// numbered reports whether this stream's input is numbered.
+func (f *inputFeed) numbered() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.numbering
+}
+
+// usable says why input cannot go on: the stream ended or failed.
+func (f *inputFeed) usable() error {
+	if err := f.h.inputError(); err != nil {
+		return err
+	}
+	if f.h.finished.Load() {
+		return fmt.Errorf("client: stream %d has ended: %w", f.h.id, io.ErrClosedPipe)
+	}
+	return nil
+}
+
+// flush sends what did not go out on the current connection yet. A
+// connection that fails keeps the rest for the next one.
+func (f *inputFeed) flush() {
+	f.sendMu.Lock()
+	defer f.sendMu.Unlock()
+	for {
+		f.mu.Lock()
+		cn, next, sent := f.cn, f.next, f.sent
+		if cn == nil || next >= sent || next < f.base {
+			f.mu.Unlock()
+			return
+		}
+		end := min(sent, next+inputChunk)
+		p := f.buf[next-f.base : end-f.base]
+		f.frame = wire.AppendData(f.frame[:0], wire.Data{Type: wire.InAt, Stream: f.h.id, Channel: wire.ChanInput, Offset: next, Payload: p})
+		f.mu.Unlock()
+		if err := cn.write(websocket.MessageBinary, f.frame); err != nil {
+			f.mu.Lock()
+			if f.cn == cn {
+				f.cn = nil // the reattach tells where to go on from
+			}
+			f.mu.Unlock()
+			return
+		}
+		f.mu.Lock()
+		if f.cn == cn {
+			f.next = max(f.next, end)
+		}
+		f.mu.Unlock()
+	}
+}
+
+// progress applies an `input` event: what was written is let go of and
+// the window opens.
+func (f *inputFeed) progress(msg []byte) {
+	var ev struct {
+		Written uint64 `json:"written"`
+	}
+	if json.Unmarshal(msg, &ev) != nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.releaseLocked(ev.Written)
+	f.notifyLocked()
+}
+
+func (f *inputFeed) releaseLocked(written uint64) {
+	written = min(written, f.sent)
+	if written <= f.written {
+		return
+	}
+	f.written = written
+	if drop := written - f.base; drop > 0 {
+		f.buf = f.buf[drop:]
+		f.base = written
+		if len(f.buf) == 0 {
+			f.buf = nil // let a large buffer go
+		}
+	}
+}
+
+// begin runs on the reader goroutine when the stream was created or
+// attached: numbering goes on from what the agent received so far (0 for
+// a new stream; more when another client fed it before).
+func (f *inputFeed) begin(cn *conn, res json.RawMessage) {
+	var r struct {
+		Received *uint64 `json:"received"`
+		Written  uint64  `json:"written"`
+	}
+	json.Unmarshal(res, &r)
+	if r.Received == nil || !cn.inputOffsets {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.base, f.sent, f.next, f.written, f.cn = *r.Received, *r.Received, *r.Received, r.Written, cn
+	f.numbering = true
+}
+
+// reattached runs on the reader goroutine when a reconnect attached the
+// stream again on cn: input goes on from what the agent received.
+func (f *inputFeed) reattached(cn *conn, res json.RawMessage) {
+	var r struct {
+		Received *uint64 `json:"received"`
+		Written  uint64  `json:"written"`
+	}
+	json.Unmarshal(res, &r)
+	f.mu.Lock()
+	if r.Received == nil || !cn.inputOffsets {
+		f.cn = nil
+		f.mu.Unlock()
+		return
+	}
+	f.releaseLocked(r.Written)
+	f.cn, f.next = cn, max(*r.Received, f.base)
+	f.notifyLocked()
+	pending := f.next < f.sent
+	f.mu.Unlock()
+	if pending {
+		go f.flush() // not on the reader goroutine: a write may wait for room
+	}
+}
+
+// closeAt ends the input after everything handed over: the agent closes
+// it once it received that much, and a retry after a reconnect is
+// harmless.
+func (f *inputFeed) closeAt(ctx context.Context) error {
+	f.mu.Lock()
+	off := f.sent
+	f.mu.Unlock()
+	for {
+		_, err := f.h.c.call(ctx, "close_stdin", closeStdinParams{Stream: f.h.id, Offset: &off}, callOpts{})
+		if err == nil || !errors.Is(err, ErrConnectionLost) || ctx.Err() != nil {
+			return err
+		}
+		if _, err := f.h.c.connection(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+type closeStdinParams struct {
+	Stream uint64  `json:"stream"`
+	Offset *uint64 `json:"offset,omitempty"`
+}
+
+// isInputGap reports an agent's refusal of a frame past what it received:
+// the connection that carried it is closed and input goes on from the
+// reattach, so it is not the stream's error.
+func isInputGap(e *Error) bool { return strings.Contains(e.Message, "input would leave a gap") }

@@ -1,0 +1,85 @@
+package stream
+
+import "fmt"
+
+// Input offsets: a client that numbers its input (IN frames with their
+// offset, protocol section 5) gets every byte written exactly once and in
+// order, across reconnects and resumes, whichever connection brings it:
+// what the Input already received is dropped, input past it is refused
+// (bytes in between were lost on the way), and an end of input waits for
+// the input before it. The client keeps what it sent until the Input
+// reports it written, and sends again from the received cursor after a
+// reattach.
+
+// WriteAt accepts p, which starts at offset off of the input.
+func (in *Input) WriteAt(off uint64, p []byte) error {
+	in.mu.Lock()
+	defer in.unlock()
+	if off > in.received {
+		return fmt.Errorf("%w: a frame at offset %d, but only %d bytes were received: nothing written", ErrInputGap, off, in.received)
+	}
+	skip := in.received - off
+	if skip >= uint64(len(p)) {
+		return nil // all of it was received already (sent again after a reconnect)
+	}
+	if err := in.writeLocked(p[skip:]); err != nil {
+		return err
+	}
+	if in.closeAt >= 0 && in.received >= uint64(in.closeAt) {
+		in.closeLocked()
+	}
+	return nil
+}
+
+// CloseAt ends the input once off bytes were received: an end of input
+// sent after the input before it never overtakes it. Again at the same
+// offset it is a no-op (a client that resends it after a reconnect).
+func (in *Input) CloseAt(off uint64) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	switch {
+	case off < in.received:
+		return fmt.Errorf("%w: end of input at %d, but %d bytes were received", ErrInputEOF, off, in.received)
+	case in.closing && in.closeAt == int64(off):
+		return nil
+	case in.closing || in.failed != nil:
+		return ErrInputClosed
+	}
+	in.closeAt = int64(off)
+	if in.received == off {
+		in.closeLocked()
+	}
+	return nil
+}
+
+func (in *Input) closeLocked() {
+	in.closing = true
+	in.signal()
+}
+
+// Cursors returns how many input bytes were received and written.
+func (in *Input) Cursors() (received, written uint64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.received, in.written
+}
+
+// OnProgress has fn told the cursors every InputProgressEvery written
+// bytes; it replaces the function before (a new connection feeds the
+// input). fn runs without the Input's lock, one report at a time per
+// writer: reports may arrive out of order, the newest counts.
+func (in *Input) OnProgress(fn func(received, written uint64)) {
+	in.mu.Lock()
+	defer in.unlock()
+	in.progress = fn
+	in.lastReport = in.written
+}
+
+// reportLocked makes a report due once enough was written since the last.
+func (in *Input) reportLocked() {
+	if in.progress != nil && in.written-in.lastReport >= InputProgressEvery {
+		in.lastReport = in.written
+		fn, r, w := in.progress, in.received, in.written
+		in.due = func() { fn(r, w) }
+	}
+}

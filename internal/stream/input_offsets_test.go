@@ -1,0 +1,73 @@
+package stream_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/rayito/rayito-agent/internal/stream"
+)
+
+// TestInputAtOffsets: numbered input is written once and in order, a gap
+// is refused with nothing written, an end of input waits for the input
+// before it, and progress is reported every quarter of the queue.
+func TestInputAtOffsets(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	in := stream.NewInput(w, w.Close, 0)
+	defer in.Stop()
+	var mu sync.Mutex
+	var reports [][2]uint64
+	in.OnProgress(func(received, written uint64) {
+		mu.Lock()
+		reports = append(reports, [2]uint64{received, written})
+		mu.Unlock()
+	})
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(r)
+		got <- b
+	}()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(in.WriteAt(0, []byte("abc")))
+	must(in.WriteAt(0, []byte("abc"))) // again: dropped
+	must(in.WriteAt(2, []byte("cdef")))
+	if err := in.WriteAt(9, []byte("x")); !errors.Is(err, stream.ErrInputGap) {
+		t.Fatalf("a gap: %v", err)
+	}
+	if err := in.CloseAt(3); !errors.Is(err, stream.ErrInputEOF) {
+		t.Fatalf("an end below what was received: %v", err)
+	}
+	big := bytes.Repeat([]byte("z"), 600<<10)
+	must(in.CloseAt(uint64(6 + len(big)))) // ahead of its data: waits
+	must(in.WriteAt(6, big))
+	must(in.CloseAt(uint64(6 + len(big)))) // again: a no-op
+	want := append([]byte("abcdef"), big...)
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("the reader got %d bytes, want %d", len(b), len(want))
+	}
+	if rec, wr := in.Cursors(); rec != uint64(len(want)) || wr != uint64(len(want)) {
+		t.Fatalf("cursors %d %d", rec, wr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reports) == 0 || reports[0][1] < stream.InputProgressEvery {
+		t.Fatalf("progress reports %v, want one once %d bytes were written", reports, stream.InputProgressEvery)
+	}
+	for i := 1; i < len(reports); i++ {
+		if reports[i][1]-reports[i-1][1] < stream.InputProgressEvery {
+			t.Fatalf("progress reports %v closer than %d bytes", reports, stream.InputProgressEvery)
+		}
+	}
+}
