@@ -29,7 +29,17 @@ import (
 const inputWindow = 1 << 20
 
 // inputChunk bounds one IN frame, so the window opens in steps.
-const inputChunk = 64 << 10
+const inputChunk = 256 << 10
+
+// inChunk is input sent and not yet written, starting at off.
+type inChunk struct {
+	off uint64
+	buf *[]byte // from inChunks
+}
+
+// inChunks recycles the chunks: bulk input would otherwise allocate its
+// whole size.
+var inChunks = sync.Pool{New: func() any { b := make([]byte, 0, inputChunk); return &b }}
 
 // inputFeed is the client side of one stream's numbered input.
 type inputFeed struct {
@@ -41,8 +51,8 @@ type inputFeed struct {
 	changed chan struct{} // closed and replaced on progress, reattach, end
 	written uint64        // what the agent reported written
 	sent    uint64        // what callers handed over
-	base    uint64        // the offset of buf[0]
-	buf     []byte        // input [base, sent), kept until written
+	base    uint64        // the offset of kept[0]
+	kept    []inChunk     // input [base, sent) in order, kept until written
 	cn      *conn         // the connection the stream is attached on
 	next    uint64        // what went out on cn so far
 	// numbering: the agent answered the create or attach with the input's
@@ -73,7 +83,9 @@ func (f *inputFeed) write(ctx context.Context, b []byte) (n int, ok bool, err er
 		room := int(min(uint64(inputWindow)-min(f.sent-f.written, inputWindow), uint64(inputChunk)))
 		if room > 0 {
 			k := min(room, len(b))
-			f.buf = append(f.buf, b[:k]...)
+			buf := inChunks.Get().(*[]byte)
+			*buf = append((*buf)[:0], b[:k]...)
+			f.kept = append(f.kept, inChunk{off: f.sent, buf: buf})
 			f.sent += uint64(k)
 			f.mu.Unlock()
 			n += k
@@ -120,13 +132,20 @@ func (f *inputFeed) flush() {
 	defer f.sendMu.Unlock()
 	for {
 		f.mu.Lock()
-		cn, next, sent := f.cn, f.next, f.sent
-		if cn == nil || next >= sent || next < f.base {
+		cn, next := f.cn, f.next
+		var p []byte
+		for _, c := range f.kept {
+			if end := c.off + uint64(len(*c.buf)); next >= c.off && next < end {
+				p = (*c.buf)[next-c.off:]
+				break
+			}
+		}
+		if cn == nil || p == nil {
 			f.mu.Unlock()
 			return
 		}
-		end := min(sent, next+inputChunk)
-		p := f.buf[next-f.base : end-f.base]
+		// The chunk stays kept (and unrecycled) until written, which is
+		// after this frame went out: the agent reports it then.
 		f.frame = wire.AppendData(f.frame[:0], wire.Data{Type: wire.InAt, Stream: f.h.id, Channel: wire.ChanInput, Offset: next, Payload: p})
 		f.mu.Unlock()
 		if err := cn.write(websocket.MessageBinary, f.frame); err != nil {
@@ -139,7 +158,7 @@ func (f *inputFeed) flush() {
 		}
 		f.mu.Lock()
 		if f.cn == cn {
-			f.next = max(f.next, end)
+			f.next = max(f.next, next+uint64(len(p)))
 		}
 		f.mu.Unlock()
 	}
@@ -166,12 +185,19 @@ func (f *inputFeed) releaseLocked(written uint64) {
 		return
 	}
 	f.written = written
-	if drop := written - f.base; drop > 0 {
-		f.buf = f.buf[drop:]
-		f.base = written
-		if len(f.buf) == 0 {
-			f.buf = nil // let a large buffer go
+	n := 0
+	for _, c := range f.kept {
+		if c.off+uint64(len(*c.buf)) > written {
+			break
 		}
+		inChunks.Put(c.buf)
+		n++
+	}
+	f.kept = f.kept[n:]
+	if len(f.kept) > 0 {
+		f.base = f.kept[0].off
+	} else {
+		f.base = f.sent
 	}
 }
 

@@ -103,6 +103,13 @@ func (m *Manager) spawn(res Resolved, o ExecOptions, reserved *stream.Reservatio
 	if o.Stdin {
 		w := pp.stdinW
 		p.input, p.stdin = stream.NewInput(w, w.Close, 0), w
+		// Bulk input (a file piped through) is handed over in fewer,
+		// larger writes once the pipe is as large as the input queue.
+		p.input.OnBusy(func() {
+			if rc, err := w.SyscallConn(); err == nil {
+				rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize) })
+			}
+		})
 	}
 	p.s = m.reg.Create(stream.Config{
 		Kind: stream.KindProcess,

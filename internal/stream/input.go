@@ -56,6 +56,18 @@ type Input struct {
 	progress   func(received, written uint64)
 	lastReport uint64
 	due        func() // a report to make once the lock is released
+	// busy runs once, the first time input queues up behind the
+	// producer (proc grows the stdin pipe then).
+	busy func()
+}
+
+// OnBusy runs fn once, when input first waits in the queue: a producer
+// that takes bulk input (a pipe) can be given a larger buffer then, and a
+// keystroke-driven one never pays for it.
+func (in *Input) OnBusy(fn func()) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.busy = fn
 }
 
 // NewInput starts copying to w. closeFn, if not nil, runs once the queue is
@@ -137,6 +149,10 @@ func (in *Input) writeLocked(p []byte) error {
 	}
 	in.queue = append(in.queue, append([]byte(nil), p...))
 	in.queued += len(p)
+	if busy := in.busy; busy != nil {
+		in.busy = nil
+		busy() // a fcntl: cheap enough under the lock
+	}
 	in.signal()
 	return nil
 }
