@@ -83,9 +83,7 @@ func (f *inputFeed) write(ctx context.Context, b []byte) (n int, ok bool, err er
 		room := int(min(uint64(inputWindow)-min(f.sent-f.written, inputWindow), uint64(inputChunk)))
 		if room > 0 {
 			k := min(room, len(b))
-			buf := inChunks.Get().(*[]byte)
-			*buf = append((*buf)[:0], b[:k]...)
-			f.kept = append(f.kept, inChunk{off: f.sent, buf: buf})
+			f.keepLocked(b[:k])
 			f.sent += uint64(k)
 			f.mu.Unlock()
 			n += k
@@ -114,6 +112,27 @@ func (f *inputFeed) numbered() bool {
 	return f.numbering
 }
 
+// keepLocked keeps p, which starts at f.sent: in the last chunk while it
+// has room (keystrokes fill one chunk rather than taking one each), else
+// in new ones. Appending within the chunk's capacity leaves the bytes a
+// frame in flight holds untouched.
+func (f *inputFeed) keepLocked(p []byte) {
+	off := f.sent
+	if n := len(f.kept); n > 0 {
+		last := f.kept[n-1].buf
+		k := min(cap(*last)-len(*last), len(p))
+		*last = append(*last, p[:k]...)
+		p, off = p[k:], off+uint64(k)
+	}
+	for len(p) > 0 {
+		buf := inChunks.Get().(*[]byte)
+		k := min(cap(*buf), len(p))
+		*buf = append((*buf)[:0], p[:k]...)
+		f.kept = append(f.kept, inChunk{off: off, buf: buf})
+		p, off = p[k:], off+uint64(k)
+	}
+}
+
 // usable says why input cannot go on: the stream ended or failed.
 func (f *inputFeed) usable() error {
 	if err := f.h.inputError(); err != nil {
@@ -134,9 +153,13 @@ func (f *inputFeed) flush() {
 		f.mu.Lock()
 		cn, next := f.cn, f.next
 		var p []byte
-		for _, c := range f.kept {
+		for i := len(f.kept) - 1; i >= 0; i-- { // next is near the end
+			c := f.kept[i]
 			if end := c.off + uint64(len(*c.buf)); next >= c.off && next < end {
 				p = (*c.buf)[next-c.off:]
+				break
+			}
+			if next >= c.off {
 				break
 			}
 		}
