@@ -1,9 +1,11 @@
 package envdapi_test
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -180,5 +182,53 @@ func TestKeepalive(t *testing.T) {
 	})
 	if string(r.stdout) != "got it\n" || r.keepalives < 1 || r.end.GetExitCode() != 0 {
 		t.Fatalf("%q after %d keepalives, end %v %v", r.stdout, r.keepalives, r.end, r.err)
+	}
+}
+
+// TestSendInputWaitsForRoom: SendInput to a program that reads later
+// waits for room instead of failing past the agent's 1 MiB queue, and each
+// call is all or nothing: one that gave up waiting wrote none of its bytes.
+func TestSendInputWaitsForRoom(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, agentOptions{})
+	// The program reads nothing for a while, then everything.
+	s, pid := started(t, a, withStdin(startReq("sleep 2; wc -c")))
+	chunk := strings.Repeat("x", 512<<10)
+	for range 6 { // 3 MiB: three times the queue
+		if err := sendStdin(t, a, byPid(pid), chunk); err != nil {
+			t.Fatalf("SendInput while the program does not read yet: %v", err)
+		}
+	}
+	if _, err := a.pc.CloseStdin(ctxLong(t), authed(connect.NewRequest(&process.CloseStdinRequest{Process: byPid(pid)}))); err != nil {
+		t.Fatal(err)
+	}
+	r := finish(s, pid)
+	if got := strings.TrimSpace(string(r.stdout)); got != strconv.Itoa(6*len(chunk)) {
+		t.Fatalf("the program read %s bytes, want %d", got, 6*len(chunk))
+	}
+
+	// Calls whose client stops waiting first leave nothing behind: the
+	// program counts exactly the bytes of the calls that succeeded.
+	s2, pid2 := started(t, a, withStdin(startReq("sleep 4; wc -c")))
+	ok, failed := 0, 0
+	for failed == 0 && ok < 64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		_, err := a.pc.SendInput(ctx, authed(connect.NewRequest(&process.SendInputRequest{
+			Process: byPid(pid2), Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte(chunk)}}})))
+		cancel()
+		if err != nil {
+			failed++
+		} else {
+			ok++
+		}
+	}
+	if failed == 0 {
+		t.Fatalf("%d calls of %d bytes went in before the program read anything", ok, len(chunk))
+	}
+	if _, err := a.pc.CloseStdin(ctxLong(t), authed(connect.NewRequest(&process.CloseStdinRequest{Process: byPid(pid2)}))); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(finish(s2, pid2).stdout)); got != strconv.Itoa(ok*len(chunk)) {
+		t.Fatalf("the program read %s bytes; %d calls of %d succeeded, one gave up", got, ok, len(chunk))
 	}
 }

@@ -21,6 +21,11 @@ type (
 	signaler interface {
 		Signal(sig syscall.Signal, group bool) error
 	}
+	// inputWaiter takes all of an input or none of it, waiting for room
+	// (proc's stdin, ptymux's terminal).
+	inputWaiter interface {
+		WriteInputWait(ctx context.Context, p []byte) error
+	}
 	inputWriter interface {
 		WriteInput(p []byte) error
 	}
@@ -118,7 +123,10 @@ func (p *processService) SendInput(ctx context.Context, req *connect.Request[pro
 	if err != nil {
 		return nil, err
 	}
-	if err := writeInput(st, req.Msg.GetInput()); err != nil {
+	// All or nothing: the answer means the bytes were queued for the
+	// program, in order; an error means none were. It waits while the
+	// program does not read, as long as the client waits.
+	if err := writeInput(ctx, st, req.Msg.GetInput()); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&process.SendInputResponse{}), nil
@@ -128,10 +136,13 @@ func (p *processService) SendInput(ctx context.Context, req *connect.Request[pro
 // process, then data.
 func (p *processService) StreamInput(ctx context.Context, in *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
 	c := callFrom(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	c.onCut(func() {
 		if c.rc != nil {
 			c.rc.SetReadDeadline(time.Now()) // unblocks the read of the next message
 		}
+		cancel() // and a message waiting for room: none of it is written
 	})
 	var st *stream.Stream
 	for in.Receive() {
@@ -148,7 +159,10 @@ func (p *processService) StreamInput(ctx context.Context, in *connect.ClientStre
 			if st == nil {
 				return nil, errorf(connect.CodeInvalidArgument, "the input stream's first message must be start, naming the process")
 			}
-			if err := writeInput(st, ev.Data.GetInput()); err != nil {
+			if err := writeInput(ctx, st, ev.Data.GetInput()); err != nil {
+				if gen := c.cutBy(); gen != 0 {
+					return nil, resumeError(gen, "send the rest of the input again, from the message that was waiting")
+				}
 				return nil, err
 			}
 		case *process.StreamInputRequest_Keepalive:
@@ -270,7 +284,7 @@ func isProcess(st *stream.Stream) bool {
 
 // writeInput queues input for a command's stdin or a terminal; either
 // field reaches either kind, as both are the program's input.
-func writeInput(st *stream.Stream, in *process.ProcessInput) error {
+func writeInput(ctx context.Context, st *stream.Stream, in *process.ProcessInput) error {
 	var b []byte
 	switch v := in.GetInput().(type) {
 	case *process.ProcessInput_Stdin:
@@ -280,12 +294,18 @@ func writeInput(st *stream.Stream, in *process.ProcessInput) error {
 	default:
 		return errorf(connect.CodeInvalidArgument, "input needs stdin or pty bytes")
 	}
+	if st.Ended() != nil {
+		return errorf(connect.CodeNotFound, "process %d has exited", st.Pid)
+	}
+	if w, ok := st.Control.(inputWaiter); ok {
+		if err := w.WriteInputWait(ctx, b); err != nil {
+			return connectError(err)
+		}
+		return nil
+	}
 	w, ok := st.Control.(inputWriter)
 	if !ok {
 		return errorf(connect.CodeInvalidArgument, "process %d takes no input", st.Pid)
-	}
-	if st.Ended() != nil {
-		return errorf(connect.CodeNotFound, "process %d has exited", st.Pid)
 	}
 	if err := w.WriteInput(b); err != nil {
 		return connectError(err)

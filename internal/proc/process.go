@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -290,6 +291,19 @@ func (p *process) WriteInputAt(off uint64, b []byte) error {
 		return wire.Errorf(wire.CodeBadRequest, "stream %d was started without stdin (exec with \"stdin\": true)", p.s.ID)
 	}
 	return inputError(p.s.ID, p.input.WriteAt(off, b))
+}
+
+// WriteInputWait queues all of b for stdin or none of it, waiting for room
+// while the process is not reading, until ctx ends (envd's SendInput).
+func (p *process) WriteInputWait(ctx context.Context, b []byte) error {
+	if p.input == nil {
+		return wire.Errorf(wire.CodeBadRequest, "stream %d was started without stdin (exec with \"stdin\": true)", p.s.ID)
+	}
+	if err := p.input.WriteWait(ctx, b); ctx.Err() != nil && err == ctx.Err() {
+		return wire.Errorf(wire.CodeUnavailable, "stdin of stream %d: the process did not read in time (%v); nothing of this input was written", p.s.ID, err)
+	} else {
+		return inputError(p.s.ID, err)
+	}
 }
 
 // CloseInputAt closes stdin once off bytes of input were received.

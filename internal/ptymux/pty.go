@@ -1,6 +1,7 @@
 package ptymux
 
 import (
+	"context"
 	"errors"
 	"os"
 	"sync"
@@ -156,6 +157,25 @@ func (p *PTY) WriteInputAt(off uint64, b []byte) error {
 		return wire.Errorf(wire.CodeBadRequest, "pty %d: %v", p.id.Load(), err)
 	case errors.Is(err, stream.ErrInputFull):
 		return wire.Errorf(wire.CodeLimit, "pty %d: input queue is full (%d bytes): the program is not reading", p.id.Load(), stream.DefaultInputQueue)
+	default:
+		return p.errEnded()
+	}
+}
+
+// WriteInputWait queues all of b or none of it, waiting for room while
+// the program is not reading, until ctx ends (envd's SendInput).
+func (p *PTY) WriteInputWait(ctx context.Context, b []byte) error {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	if exited {
+		return p.errEnded()
+	}
+	switch err := p.input.WriteWait(ctx, b); {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil && err == ctx.Err():
+		return wire.Errorf(wire.CodeUnavailable, "pty %d: the program did not read in time (%v); nothing of this input was written", p.id.Load(), err)
 	default:
 		return p.errEnded()
 	}

@@ -59,6 +59,9 @@ type Input struct {
 	// busy runs once, the first time input queues up behind the
 	// producer (proc grows the stdin pipe then).
 	busy func()
+	// room is closed and replaced whenever the queue shrinks or the input
+	// ends: WriteWait waits on it.
+	room chan struct{}
 }
 
 // OnBusy runs fn once, when input first waits in the queue: a producer
@@ -210,6 +213,11 @@ func (in *Input) signal() {
 
 func (in *Input) run() {
 	defer close(in.done)
+	defer func() { // writers waiting for room learn that the input ended
+		in.mu.Lock()
+		in.roomLocked()
+		in.mu.Unlock()
+	}()
 	for {
 		in.mu.Lock()
 		if in.failed != nil {
@@ -247,6 +255,15 @@ func (in *Input) run() {
 			in.written += uint64(len(p))
 			in.reportLocked()
 		}
+		in.roomLocked()
 		in.unlock()
+	}
+}
+
+// roomLocked wakes writers waiting for room.
+func (in *Input) roomLocked() {
+	if in.room != nil {
+		close(in.room)
+		in.room = nil
 	}
 }

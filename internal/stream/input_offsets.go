@@ -1,6 +1,9 @@
 package stream
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+)
 
 // Input offsets: a client that numbers its input (IN frames with their
 // offset, protocol section 5) gets every byte written exactly once and in
@@ -81,5 +84,37 @@ func (in *Input) reportLocked() {
 		in.lastReport = in.written
 		fn, r, w := in.progress, in.received, in.written
 		in.due = func() { fn(r, w) }
+	}
+}
+
+// WriteWait queues all of p or none of it: it waits while the queue has no
+// room for p (a p larger than the whole queue goes in once the queue is
+// empty), until ctx ends. An error means nothing of p was taken.
+func (in *Input) WriteWait(ctx context.Context, p []byte) error {
+	for {
+		in.mu.Lock()
+		full := in.queued > 0 && in.queued+len(p) > in.max
+		if !full || in.closing || in.failed != nil {
+			err := in.writeLocked(p)
+			if err == ErrInputFull { // larger than the queue: it is empty now
+				in.received += uint64(len(p))
+				in.queue = append(in.queue, append([]byte(nil), p...))
+				in.queued += len(p)
+				in.signal()
+				err = nil
+			}
+			in.unlock()
+			return err
+		}
+		if in.room == nil {
+			in.room = make(chan struct{})
+		}
+		room := in.room
+		in.mu.Unlock()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
