@@ -138,3 +138,35 @@ func firstDiff(a, b []byte) int {
 	}
 	return min(len(a), len(b))
 }
+
+// TestInputReplyAcrossResume: a cell waiting in input() when the sandbox
+// is resumed gets the reply sent after the resume, once.
+func TestInputReplyAcrossResume(t *testing.T) {
+	a := newAgent(t)
+	var reconnects atomic.Int32
+	c := a.dial(t, client.Options{OnReconnect: func(uint64) { reconnects.Add(1) }})
+	ctx := ctxKernel(t)
+	k, err := c.StartKernel(ctx, client.KernelOptions{})
+	must(t, err)
+	cell, err := k.Run(ctx, "name = input('name? ')\nprint('hello ' + name)", client.ExecuteOptions{AllowStdin: true})
+	must(t, err)
+	for {
+		ev, err := cell.Next(ctx)
+		must(t, err)
+		if ev.Type == "input_request" {
+			break
+		}
+	}
+	if _, err := (client.Host{URL: a.url, Token: testToken}).Resume(ctx, client.ResumeOptions{ResumeID: "input"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the client reconnected", func() bool { return reconnects.Load() > 0 })
+	must(t, cell.Reply(ctx, "ada"))
+	ex, err := cell.Wait(ctx)
+	if err != nil || ex.Stdout != "hello ada\n" || ex.Status != "ok" {
+		t.Fatalf("after the resume: %+v %v", ex, err)
+	}
+	if err := cell.Reply(ctx, "again"); !client.HasCode(err, client.CodeConflict) {
+		t.Fatalf("a second reply: %v, want conflict", err)
+	}
+}
