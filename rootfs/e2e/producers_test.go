@@ -8,6 +8,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/rayito/rayito-agent/client"
 )
@@ -287,5 +289,109 @@ func startCell(ctx context.Context, k *client.Kernel, kernelPid int, pc pace) (*
 				r.err = errors.Join(r.err, fmt.Errorf("cell events had gaps %v", gaps))
 			}
 			return r.err
+		}}, nil
+}
+
+// echoPy writes back every line it reads, until a line that starts with
+// "done": the lines a client types come back as output, so the sequence
+// checks the input too (every line once, in order, none lost).
+const echoPy = `import sys
+for line in sys.stdin:
+    sys.stdout.write(line)
+    sys.stdout.flush()
+    if line.startswith("done"):
+        break
+`
+
+// startInputEcho feeds the echo program lines "NAME N PID" from this side
+// every `seconds`, through a command's stdin (pty false) or a terminal in
+// raw mode (pty true), until finish; the echoed lines are the sequence.
+// Input crosses every snapshot as the output does: the SDK numbers it and
+// sends again from what the agent received.
+func startInputEcho(ctx context.Context, c *client.Client, pc pace, pty bool) (*producer, error) {
+	name, seconds := "stdin", pc.tick
+	var w interface {
+		WriteContext(context.Context, []byte) (int, error)
+	}
+	var out io.Reader
+	var pid int
+	var stream uint64
+	var wait func(context.Context) (client.ExitStatus, error)
+	var gaps func() []client.GapError
+	var closeInput func(context.Context) error
+	if pty {
+		name, seconds = "typed", pc.pty
+		p, err := c.PTY(ctx, client.PTYOptions{
+			Argv: []string{"sh", "-c", `stty raw -echo && exec python3 -u -c "$0"`, echoPy},
+			Cols: 120, Rows: 40, Tag: "e2e-typed", Buffer: pc.buffer,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("typed: %w", err)
+		}
+		w, out, pid, stream, wait, gaps = p, p.Output(), p.Pid(), p.Stream(), p.Wait, p.Gaps
+		closeInput = func(context.Context) error { return nil } // "done" ends it
+	} else {
+		p, err := c.Exec(ctx, client.ExecOptions{
+			Argv: []string{"python3", "-u", "-c", echoPy}, Stdin: true, Tag: "e2e-stdin", Buffer: pc.buffer,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("stdin: %w", err)
+		}
+		w, out, pid, stream, wait, gaps = p, p.Stdout(), p.Pid(), p.Stream(), p.Wait, p.Gaps
+		closeInput = p.CloseStdin
+	}
+	seq := newSequence(name, pid)
+	read := make(chan struct{})
+	go readInto(out, seq, read)
+	stop := make(chan struct{})
+	wrote := make(chan error, 1)
+	go func() {
+		// Lines are written on their own schedule, snapshots or not: the
+		// SDK keeps them while the connection is down.
+		i := 0
+		for {
+			select {
+			case <-stop:
+				_, err := w.WriteContext(context.Background(), []byte(fmt.Sprintf("done %d %d\n", i, pid)))
+				wrote <- err
+				return
+			case <-time.After(time.Duration(seconds * float64(time.Second))):
+			}
+			if _, err := w.WriteContext(context.Background(), []byte(fmt.Sprintf("%s %d %d\n", name, i, pid))); err != nil {
+				wrote <- fmt.Errorf("writing line %d: %w", i, err)
+				return
+			}
+			i++
+		}
+	}()
+	var once sync.Once
+	kind := client.KindProcess
+	if pty {
+		kind = client.KindPTY
+	}
+	return &producer{name: name, kind: kind, stream: stream, pid: pid, seq: seq,
+		finish: func(ctx context.Context) error {
+			once.Do(func() { close(stop) })
+			var err error
+			select {
+			case err = <-wrote:
+			case <-ctx.Done():
+				return fmt.Errorf("%s: the writer did not end: %w", name, ctx.Err())
+			}
+			if err == nil {
+				err = closeInput(ctx)
+			}
+			if err != nil {
+				return err
+			}
+			st, err := wait(ctx)
+			<-read
+			if err == nil && st.ExitCode() != 0 {
+				err = fmt.Errorf("%s echo ended %s", name, st)
+			}
+			if g := gaps(); len(g) > 0 {
+				err = errors.Join(err, fmt.Errorf("%s output had gaps %v", name, g))
+			}
+			return err
 		}}, nil
 }

@@ -131,6 +131,8 @@ func startRig(t *testing.T, ctx context.Context, tag string, pc pace) *rig {
 		func() (*producer, error) { return startPTYTicker(ctx, r.c, pc) },
 		func() (*producer, error) { return startWatch(ctx, r.c, r.g, "/home/user/watched", pc) },
 		func() (*producer, error) { return startCell(ctx, slow, r.pids[slow.ID()], pc) },
+		func() (*producer, error) { return startInputEcho(ctx, r.c, pc, false) },
+		func() (*producer, error) { return startInputEcho(ctx, r.c, pc, true) },
 	} {
 		p, err := start()
 		if err != nil {
