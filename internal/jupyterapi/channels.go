@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"github.com/coder/websocket"
 	"go.uber.org/zap"
@@ -42,6 +43,11 @@ type channelConn struct {
 	kernel string
 	v1     bool
 	log    *zap.Logger
+	// session is the client's session_id, st the relay's stream: the
+	// relay is parked for the session's next websocket (park.go).
+	session string
+	st      *stream.Stream
+	written atomic.Uint64 // the relay's cursor after the last message written to the client
 	// untrack leaves the resume cut's registry.
 	untrack func()
 }
@@ -61,13 +67,20 @@ func (s *Server) serveChannels(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "the agent is shutting down")
 		return
 	}
-	st, err := s.o.Kernels.Channels(k.ID())
-	if err != nil {
-		writeErr(w, err)
-		return
+	session := r.URL.Query().Get("session_id")
+	var st *stream.Stream
+	p := s.unpark(k.ID(), session)
+	if p != nil {
+		st = p.st
+	} else {
+		var err error
+		if st, err = s.o.Kernels.Channels(k.ID()); err != nil {
+			writeErr(w, err)
+			return
+		}
 	}
 	rel, ok := st.Control.(relay)
-	att, err := st.Attach(nil, 0)
+	att, err := st.Attach(relayCursor(p), 0)
 	if !ok || err != nil {
 		if ok {
 			rel.Close()
@@ -90,7 +103,7 @@ func (s *Server) serveChannels(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(maxFrame)
 	c := &channelConn{
-		s: s, ws: ws, relay: rel, att: att, kernel: k.ID(), v1: ws.Subprotocol() == v1Protocol,
+		s: s, ws: ws, relay: rel, att: att, kernel: k.ID(), v1: ws.Subprotocol() == v1Protocol, session: session, st: st,
 		log: s.log.With(zap.String("kernel", k.ID()), zap.Uint64("relay", st.ID)),
 	}
 	if !s.track(c) {
@@ -140,7 +153,9 @@ func (c *channelConn) run() {
 	cancel()
 	wg.Wait()
 	c.att.Close()
-	c.relay.Close()
+	if !c.s.park(c.kernel, c.session, c.st, c.relay, map[string]uint64{jupyter.EventsChannel: c.written.Load()}) {
+		c.relay.Close()
+	}
 	c.ws.CloseNow()
 }
 
@@ -197,6 +212,7 @@ func (c *channelConn) write(ctx context.Context) {
 			// to its limits, and a kernel's large outputs then crowded
 			// cells out of the retention budget.
 			c.att.Ack(map[string]uint64{it.Channel: it.Offset})
+			c.written.Store(it.Offset)
 		}
 	}
 }
@@ -265,6 +281,7 @@ func (s *Server) stop(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+	s.closeParked()
 }
 
 // closeBounded closes ws with code, within ctx: Close waits for the

@@ -21,8 +21,8 @@ func TestJupyterLabServices(t *testing.T) {
 		legacy   bool
 		cases    []string
 	}{
-		{"v1", false, []string{"specs", "kernel", "session", "resume"}},
-		{"legacy", true, []string{"kernel", "session", "resume"}},
+		{"v1", false, []string{"specs", "kernel", "session", "resume", "inputResume"}},
+		{"legacy", true, []string{"kernel", "session", "resume", "inputResume"}},
 	} {
 		t.Run(tc.protocol, func(t *testing.T) {
 			a := newAgent(t, tc.legacy)
@@ -40,7 +40,7 @@ func TestJupyterLabServices(t *testing.T) {
 						a.resume(ctx)
 					}
 					nodetest.RunWatching(t, reaper, "nodetest", "jupyter_test.js", env, onLine, c)
-					if want := map[bool]int{true: 1}[c == "resume"]; cuts != want {
+					if want := map[bool]int{true: 1}[c == "resume" || c == "inputResume"]; cuts != want {
 						t.Fatalf("the script asked for %d cuts, want %d", cuts, want)
 					}
 				})

@@ -80,6 +80,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	conns   map[*channelConn]struct{}
+	parked  map[string]*parked // relays waiting for their session's next websocket
 	closing bool
 }
 
@@ -88,7 +89,7 @@ func New(o Options) *Server {
 	if o.Cuts == nil {
 		o.Cuts = surface.NewCuts(nil)
 	}
-	s := &Server{o: o, log: o.Logger, conns: map[*channelConn]struct{}{}}
+	s := &Server{o: o, log: o.Logger, conns: map[*channelConn]struct{}{}, parked: map[string]*parked{}}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}

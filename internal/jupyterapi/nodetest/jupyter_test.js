@@ -157,6 +157,37 @@ const cases = {
     km.dispose();
   },
 
+  // A cell waits in input() when the agent cuts the kernel's websocket as
+  // a resume does; the client reconnects on its own, then answers the
+  // input_request, and the cell gets that answer once.
+  async inputResume() {
+    const km = new KernelManager({ serverSettings });
+    await km.ready;
+    const kernel = await km.startNew({ name: 'python3' });
+    await execute(kernel, '1');
+    const back = new Promise(resolve => {
+      kernel.connectionStatusChanged.connect((_, status) => { if (status === 'connected') resolve(); });
+    });
+    let asked;
+    const askedP = new Promise(resolve => { asked = resolve; });
+    const future = kernel.requestExecute({ code: "name = input('name? ')\nprint('hello ' + name)", allow_stdin: true });
+    const stdout = [];
+    future.onIOPub = msg => { if (msg.header.msg_type === 'stream') stdout.push(msg.content.text); };
+    future.onStdin = msg => { if (msg.header.msg_type === 'input_request') asked(msg); };
+    const req = await withTimeout(askedP, 60000, 'the input_request');
+    console.log('cut for resume');
+    await withTimeout(back, 60000, 'the reconnect after the cut');
+    kernel.sendInputReply({ status: 'ok', value: 'ada' }, req.header);
+    const reply = await withTimeout(future.done, 60000, 'the cell after the reply');
+    assert.equal(reply.content.status, 'ok');
+    assert.equal(stdout.join(''), 'hello ada\n');
+    const out = await execute(kernel, 'name');
+    assert.deepEqual(out.results, ["'ada'"], 'answered once');
+    await kernel.shutdown();
+    checkProtocols();
+    km.dispose();
+  },
+
   async session() {
     const km = new KernelManager({ serverSettings });
     const sm = new SessionManager({ serverSettings, kernelManager: km });
