@@ -88,7 +88,7 @@ func TestStdinSurvivesCuts(t *testing.T) {
 }
 
 // TestPTYInputSurvivesCuts: keystroke-sized writes into a terminal in raw
-// mode whose program copies them to a file, across 200 cuts: the file is
+// mode whose program copies them to a file, across 1,000 cuts: the file is
 // what was typed.
 func TestPTYInputSurvivesCuts(t *testing.T) {
 	a := newAgent(t)
@@ -119,7 +119,7 @@ func TestPTYInputSurvivesCuts(t *testing.T) {
 		}
 		return nil
 	}
-	feedThroughCuts(t, proxy, &reconnects, typed, 200, write, 2)
+	feedThroughCuts(t, proxy, &reconnects, typed, 1000, write, 2)
 	st, err := p.Wait(ctx)
 	if err != nil || st.ExitCode() != 0 {
 		t.Fatalf("the terminal's program: %v %v", st, err)

@@ -110,3 +110,33 @@ func TestInputOffsetErrors(t *testing.T) {
 	}
 	rc.call(map[string]any{"op": "signal", "stream": noStdin, "signal": "SIGKILL"})
 }
+
+// TestInputTwoFeeders: two connections attached to one stream send the
+// same input, overlapping and interleaved, as an old connection's frames
+// still arrive while a reconnected one sends again: every byte reaches
+// the program once and in order, whichever frames the agent reads first.
+func TestInputTwoFeeders(t *testing.T) {
+	a := newTestAgent(t)
+	rc1 := a.dial(t)
+	id := resultStream(t, rc1.call(map[string]any{"op": "exec", "argv": []string{"cat"}, "stdin": true}))
+	rc2 := a.dial(t)
+	if att := result(t, rc2.call(map[string]any{"op": "attach", "stream": id})); att["received"] != float64(0) {
+		t.Fatalf("attach: %v", att)
+	}
+	const text = "0123456789abcdefghijklmnopqrstuvwxyz\n"
+	at := func(from, to int) []byte { return inAt(id, uint64(from), text[from:to]) }
+	rc1.sendRaw(websocket.MessageBinary, at(0, 10))
+	rc2.sendRaw(websocket.MessageBinary, at(0, 20))
+	rc1.sendRaw(websocket.MessageBinary, at(10, 30))
+	rc2.sendRaw(websocket.MessageBinary, at(20, len(text)))
+	rc1.sendRaw(websocket.MessageBinary, at(30, len(text)))
+	if r := rc2.call(map[string]any{"op": "close_stdin", "stream": id, "offset": len(text)}); errorCode(r) != "" {
+		t.Fatal(r)
+	}
+	if r := rc1.call(map[string]any{"op": "close_stdin", "stream": id, "offset": len(text)}); errorCode(r) != "" {
+		t.Fatalf("the same end of input from the other connection: %v", r)
+	}
+	if got, _ := wholeOutput(t, a, id); got != text {
+		t.Fatalf("cat wrote %q, want %q", got, text)
+	}
+}
