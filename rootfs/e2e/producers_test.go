@@ -303,6 +303,26 @@ for line in sys.stdin:
         break
 `
 
+// readLine reads r a byte at a time (so nothing after it is taken) until
+// a line that is want.
+func readLine(r io.Reader, want string) error {
+	var line []byte
+	b := make([]byte, 1)
+	for {
+		if _, err := io.ReadFull(r, b); err != nil {
+			return fmt.Errorf("waiting for %q (got %q): %w", want, line, err)
+		}
+		if b[0] != '\n' {
+			line = append(line, b[0])
+			continue
+		}
+		if string(line) == want {
+			return nil
+		}
+		line = line[:0]
+	}
+}
+
 // startInputEcho feeds the echo program lines "NAME N PID" from this side
 // every `seconds`, through a command's stdin (pty false) or a terminal in
 // raw mode (pty true), until finish; the echoed lines are the sequence.
@@ -322,7 +342,7 @@ func startInputEcho(ctx context.Context, c *client.Client, pc pace, pty bool) (*
 	if pty {
 		name, seconds = "typed", pc.pty
 		p, err := c.PTY(ctx, client.PTYOptions{
-			Argv: []string{"sh", "-c", `stty raw -echo && exec python3 -u -c "$0"`, echoPy},
+			Argv: []string{"sh", "-c", `stty raw -echo && echo ready && exec python3 -u -c "$0"`, echoPy},
 			Cols: 120, Rows: 40, Tag: "e2e-typed", Buffer: pc.buffer,
 		})
 		if err != nil {
@@ -330,6 +350,11 @@ func startInputEcho(ctx context.Context, c *client.Client, pc pace, pty bool) (*
 		}
 		w, out, pid, stream, wait, gaps = p, p.Output(), p.Pid(), p.Stream(), p.Wait, p.Gaps
 		closeInput = func(context.Context) error { return nil } // "done" ends it
+		// Typed before stty, lines would be echoed by the terminal
+		// itself, then again by the program.
+		if err := readLine(out, "ready"); err != nil {
+			return nil, fmt.Errorf("typed: %w", err)
+		}
 	} else {
 		p, err := c.Exec(ctx, client.ExecOptions{
 			Argv: []string{"python3", "-u", "-c", echoPy}, Stdin: true, Tag: "e2e-stdin", Buffer: pc.buffer,
