@@ -35,6 +35,7 @@ func hostPost(t *testing.T, base, token, path, body string) (int, cloneHealth, s
 	t.Helper()
 	req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -59,6 +59,7 @@ func TestServeEnvdAPI(t *testing.T) {
 	}
 	req, _ := http.NewRequest("POST", base+"/v1/resume", strings.NewReader("{}"))
 	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -139,7 +139,7 @@ func TestResumeCutsSurfaces(t *testing.T) {
 		t.Fatalf("first line %q", lines.Text())
 	}
 
-	if code, body := do("POST", "/v1/resume", `{}`, "Authorization", "Bearer resume-token"); code != 200 {
+	if code, body := do("POST", "/v1/resume", `{}`, "Authorization", "Bearer resume-token", "Content-Type", "application/json"); code != 200 {
 		t.Fatalf("resume: %d %s", code, body)
 	}
 	for {

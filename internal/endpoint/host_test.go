@@ -18,6 +18,7 @@ import (
 
 func (a *testAgent) post(t *testing.T, path, token, body string) (int, map[string]any) {
 	req, _ := http.NewRequest("POST", a.http.URL+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -213,5 +214,57 @@ func TestUeventThenHostPostBumpsOnce(t *testing.T) {
 		if h["resume_generation"].(float64) != float64(cycle) {
 			t.Fatalf("cycle %d: host POST after the uevent bumped again: %v", cycle, h)
 		}
+	}
+}
+
+// TestHostRoutesRefusePages: the host's calls come without an Origin and
+// with a JSON body; what a web page can send without a preflight (a form
+// or text/plain post, any request with an Origin) is refused, and a
+// refused first /v1/init does not use up the token-less first call.
+func TestHostRoutesRefusePages(t *testing.T) {
+	t.Parallel()
+	a := newTestAgentWithToken(t, "")
+	send := func(path, ctype, origin, body string) int {
+		req, _ := http.NewRequest("POST", a.http.URL+path, strings.NewReader(body))
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	const takeOver = `{"access_token": "evil", "env": {"LD_PRELOAD": "/tmp/x.so"}}`
+	for _, tc := range []struct{ ctype, origin string }{
+		{"text/plain", "https://evil.example"},
+		{"text/plain", ""},
+		{"application/x-www-form-urlencoded", ""},
+		{"multipart/form-data; boundary=x", ""},
+		{"application/json", "https://evil.example"},
+		{"", ""},
+	} {
+		if code := send("/v1/init", tc.ctype, tc.origin, takeOver); code != http.StatusBadRequest {
+			t.Errorf("init as %q from %q: %d, want 400", tc.ctype, tc.origin, code)
+		}
+	}
+	if code := send("/v1/init", "application/json; charset=utf-8", "", `{"access_token": "host-token"}`); code != http.StatusOK {
+		t.Fatalf("the host's first init after the refused ones: %d", code)
+	}
+	req, _ := http.NewRequest("POST", a.http.URL+"/v1/resume", strings.NewReader(`{}`))
+	req.Header.Set("Authorization", "Bearer host-token")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Origin", "https://evil.example")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("resume with an Origin: %d, want 400", resp.StatusCode)
 	}
 }

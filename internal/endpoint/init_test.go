@@ -73,6 +73,7 @@ func TestSlowInitBodyBlocksNobody(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "POST", a.http.URL+"/v1/init", strings.NewReader(`{"access_token": "host-token"}`))
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("the host's init waited for the slow caller: %v", err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"mime"
 	"net/http"
 	"time"
 
@@ -50,9 +51,32 @@ const (
 	BodyTimeout = 10 * time.Second
 )
 
+// fromHost refuses what a web page could send: a host never sends an
+// Origin header, and sends its body as application/json. A page cannot
+// set that content type on a request without a preflight, which these
+// routes never answer, so even the token-less first /v1/init cannot be
+// won by a cross-site form post from a page a browser in the guest
+// visits (text/plain and form bodies are simple requests: no preflight).
+func fromHost(r *http.Request) *wire.Error {
+	if r.Header.Get("Origin") != "" {
+		return wire.Errorf(wire.CodeBadRequest, "%s is for the host, which sends no Origin header: refused from a web page", r.URL.Path)
+	}
+	if r.ContentLength == 0 && r.Header.Get("Content-Type") == "" {
+		return nil // no body: nothing a form could carry
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return wire.Errorf(wire.CodeBadRequest, "%s takes Content-Type: application/json, got %q", r.URL.Path, r.Header.Get("Content-Type"))
+	}
+	return nil
+}
+
 // decodeBody reads a JSON object strictly, within BodyTimeout; an
 // empty body is an empty object.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) *wire.Error {
+	if e := fromHost(r); e != nil {
+		return e
+	}
 	// The server has no read timeout (other surfaces stream bodies for
 	// minutes); this handler's own body gets one.
 	http.NewResponseController(w).SetReadDeadline(time.Now().Add(BodyTimeout))
