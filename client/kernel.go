@@ -16,6 +16,7 @@ type KernelOptions struct {
 // KernelInfo is one kernel as kernel_list reports it.
 type KernelInfo struct {
 	Kernel         string `json:"kernel"`
+	UUID           string `json:"uuid"` // the id the jupyter_server API shows; ops take either
 	Name           string `json:"name"`
 	Pid            int    `json:"pid"`
 	State          string `json:"state"` // starting, idle, busy, dead, lost

@@ -246,8 +246,12 @@ func TestTwoKernels(t *testing.T) {
 		t.Fatalf("env and cwd of k2: %s", s)
 	}
 	ks, err := c.Kernels(ctx)
-	if err != nil || len(ks) != 2 || ks[0].Pid == 0 || ks[0].Name != "python3" {
+	if err != nil || len(ks) != 2 || ks[0].Pid == 0 || ks[0].Name != "python3" || len(ks[1].UUID) != 36 || ks[0].UUID == ks[1].UUID {
 		t.Fatalf("kernels %+v %v", ks, err)
+	}
+	// A kernel's UUID (the id Jupyter's surface shows) names it too.
+	if s := execute(t, c.Kernel(ks[1].UUID), "x", client.ExecuteOptions{}).Text(); s != "2" {
+		t.Fatalf("x on %s (k2's UUID): %s", ks[1].UUID, s)
 	}
 	must(t, k2.Restart(ctx))
 	if ex := execute(t, k2, "x", client.ExecuteOptions{}); ex.Error == nil || ex.Error.Name != "NameError" {

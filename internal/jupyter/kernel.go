@@ -24,6 +24,7 @@ const (
 // KernelInfo describes a kernel for `kernel_list`.
 type KernelInfo struct {
 	Kernel         string `json:"kernel"`
+	UUID           string `json:"uuid"`
 	Name           string `json:"name"`
 	Pid            int    `json:"pid"`
 	State          State  `json:"state"`
@@ -36,6 +37,7 @@ type KernelInfo struct {
 // runner goroutine that Shutdown stops.
 type Kernel struct {
 	id     string
+	uuid   string // the id Jupyter's surfaces show (see UUID)
 	spec   *kernelspec
 	opts   StartOptions
 	m      *Manager
@@ -69,7 +71,7 @@ type Kernel struct {
 
 func newKernel(m *Manager, id string, spec *kernelspec, opts StartOptions) *Kernel {
 	k := &Kernel{
-		id: id, spec: spec, opts: opts, m: m, log: m.log.With(zap.String("kernel", id)),
+		id: id, uuid: newID(), spec: spec, opts: opts, m: m, log: m.log.With(zap.String("kernel", id)),
 		wake: make(chan struct{}, 1), done: make(chan struct{}), closed: make(chan struct{}),
 		exec: StateStarting, relays: map[*Relay]struct{}{}, activity: time.Now(),
 		ready: make(chan struct{}),
@@ -81,11 +83,17 @@ func newKernel(m *Manager, id string, spec *kernelspec, opts StartOptions) *Kern
 // ID is the kernel's id, "k1", "k2", ...
 func (k *Kernel) ID() string { return k.id }
 
+// UUID is the kernel's other id, a random UUID, which the jupyter_server
+// API hands out: Jupyter's own servers and clients route kernel ids by
+// that shape (Notebook's gateway mode answers 404 for /api/kernels/k1/
+// channels). The Manager finds a kernel by either.
+func (k *Kernel) UUID() string { return k.uuid }
+
 // Info returns the kernel's listing entry.
 func (k *Kernel) Info() KernelInfo {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	info := KernelInfo{Kernel: k.id, Name: k.spec.Name, State: k.stateLocked(), ExecutionCount: k.count}
+	info := KernelInfo{Kernel: k.id, UUID: k.uuid, Name: k.spec.Name, State: k.stateLocked(), ExecutionCount: k.count}
 	if k.inst != nil {
 		info.Pid = k.inst.pid
 	}

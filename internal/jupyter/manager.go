@@ -136,12 +136,20 @@ func (m *Manager) Start(ctx context.Context, o StartOptions) (*Kernel, error) {
 	return k, nil
 }
 
-// Get returns the kernel with the id, or a not_found *wire.Error.
+// Get returns the kernel with the id ("k1") or UUID, or a not_found
+// *wire.Error.
 func (m *Manager) Get(id string) (*Kernel, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if k, ok := m.kernels[id]; ok {
 		return k, nil
+	}
+	// A few kernels at most: a scan costs less than a second index to
+	// keep in step.
+	for _, k := range m.kernels {
+		if k.uuid == id {
+			return k, nil
+		}
 	}
 	return nil, wire.Errorf(wire.CodeNotFound, "no kernel %q", id)
 }

@@ -178,7 +178,7 @@ func TestWebsocketFanOut(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t, false)
 	k := a.startKernel(t)
-	wa, wb := a.dialKernel(t, k.ID(), true), a.dialKernel(t, k.ID(), true)
+	wa, wb := a.dialKernel(t, k.UUID(), true), a.dialKernel(t, k.UUID(), true)
 	if !wa.v1 || !wb.v1 {
 		t.Fatal("the v1 subprotocol was not selected")
 	}
@@ -227,7 +227,7 @@ func TestWebsocketLegacyFraming(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t, false)
 	k := a.startKernel(t)
-	w := a.dialKernel(t, k.ID(), false) // offers nothing: legacy JSON
+	w := a.dialKernel(t, k.UUID(), false) // offers nothing: legacy JSON
 	if w.v1 || w.c.Subprotocol() != "" {
 		t.Fatalf("subprotocol %q selected for a client that offered none", w.c.Subprotocol())
 	}
@@ -255,7 +255,7 @@ func TestWebsocketBadFramesAreDropped(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t, false)
 	k := a.startKernel(t)
-	w := a.dialKernel(t, k.ID(), true)
+	w := a.dialKernel(t, k.UUID(), true)
 	ctx := context.Background()
 	for _, bad := range [][]byte{
 		{1, 2, 3},
@@ -280,7 +280,7 @@ func TestWebsocketClosesWhenKernelShutDown(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t, false)
 	k := a.startKernel(t)
-	w := a.dialKernel(t, k.ID(), true)
+	w := a.dialKernel(t, k.UUID(), true)
 	if err := a.kernels.Shutdown(context.Background(), k.ID()); err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestResumeClosesWebsocketsWith1012(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t, false)
 	k := a.startKernel(t)
-	w := a.dialKernel(t, k.ID(), true)
+	w := a.dialKernel(t, k.UUID(), true)
 	id := w.send("shell", "execute_request", executeContent("kept = 'across the resume'"))
 	w.until(isReply(id, "execute_reply"))
 
@@ -315,7 +315,7 @@ func TestResumeClosesWebsocketsWith1012(t *testing.T) {
 	}
 	eventually(t, "the cut websocket's relay is closed", func() bool { return k.Connections() == 0 })
 	// A client reconnects and finds its kernel as it was.
-	w = a.dialKernel(t, k.ID(), true)
+	w = a.dialKernel(t, k.UUID(), true)
 	id = w.send("shell", "execute_request", executeContent("kept"))
 	var result string
 	for _, m := range w.until(isReply(id, "execute_reply")) {
@@ -343,7 +343,7 @@ func TestTrafficCounted(t *testing.T) {
 	if afterREST.BytesOut <= before.BytesOut {
 		t.Fatalf("REST response not counted: %+v then %+v", before, afterREST)
 	}
-	w := a.dialKernel(t, k.ID(), true)
+	w := a.dialKernel(t, k.UUID(), true)
 	id := w.send("shell", "kernel_info_request", map[string]any{})
 	w.until(isReply(id, "kernel_info_reply"))
 	// The agent counts a frame once its write returned, which may be
@@ -372,7 +372,7 @@ func TestShutdownRefusesWebsockets(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t, false)
 	k := a.startKernel(t)
-	w := a.dialKernel(t, k.ID(), true)
+	w := a.dialKernel(t, k.UUID(), true)
 	done := make(chan struct{})
 	go func() { a.stop(); close(done) }()
 	// Messages the kernel sent before the close (its status while it shuts
@@ -385,7 +385,7 @@ func TestShutdownRefusesWebsockets(t *testing.T) {
 		t.Fatalf("closed with %v (%v), want 1001", code, err)
 	}
 	<-done
-	res, body := a.do(t, "GET", "api/kernels/"+k.ID()+"/channels", "")
+	res, body := a.do(t, "GET", "api/kernels/"+k.UUID()+"/channels", "")
 	if res.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("websocket after Close: %d %s", res.StatusCode, body)
 	}
@@ -397,7 +397,7 @@ func TestWebsocketMessageWaitsForRestart(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t, false)
 	k := a.startKernel(t)
-	w := a.dialKernel(t, k.ID(), true)
+	w := a.dialKernel(t, k.UUID(), true)
 	restarted := make(chan error, 1)
 	go func() { restarted <- a.kernels.Restart(context.Background(), k.ID()) }()
 	eventually(t, "the kernel is restarting", func() bool { return k.Info().State == jupyter.StateStarting })
@@ -416,7 +416,7 @@ func TestWebsocketStdinAndControl(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t, false)
 	k := a.startKernel(t)
-	wa, wb := a.dialKernel(t, k.ID(), true), a.dialKernel(t, k.ID(), true)
+	wa, wb := a.dialKernel(t, k.UUID(), true), a.dialKernel(t, k.UUID(), true)
 	for _, w := range []*wsClient{wa, wb} {
 		id := w.send("shell", "kernel_info_request", map[string]any{})
 		w.until(isReply(id, "kernel_info_reply"))
@@ -481,11 +481,11 @@ func TestResumeKeepsWebsocketsOpenedUnderItsGeneration(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t, false)
 	k := a.startKernel(t)
-	old := a.dialKernel(t, k.ID(), true)
+	old := a.dialKernel(t, k.UUID(), true)
 	old.until(isReply(old.send("shell", "kernel_info_request", map[string]any{}), "kernel_info_reply"))
 	var fresh *wsClient
 	a.beforeCut = func() {
-		fresh = a.dialKernel(t, k.ID(), true)
+		fresh = a.dialKernel(t, k.UUID(), true)
 		// Answered: the agent has it registered, for the cut to see.
 		fresh.until(isReply(fresh.send("shell", "kernel_info_request", map[string]any{}), "kernel_info_reply"))
 	}
@@ -525,7 +525,7 @@ func TestWebsocketAcknowledgesWhatItSent(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t, false)
 	k := a.startKernel(t)
-	w := a.dialKernel(t, k.ID(), true)
+	w := a.dialKernel(t, k.UUID(), true)
 	id := w.send("shell", "execute_request", executeContent("'y' * 100000"))
 	w.until(isReply(id, "execute_reply"))
 	var relays []*stream.Stream

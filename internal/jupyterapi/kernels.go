@@ -23,7 +23,7 @@ type kernelModel struct {
 func modelOf(k *jupyter.Kernel) kernelModel {
 	info := k.Info()
 	return kernelModel{
-		ID: info.Kernel, Name: info.Name, LastActivity: isoTime(k.LastActivity()),
+		ID: info.UUID, Name: info.Name, LastActivity: isoTime(k.LastActivity()),
 		ExecutionState: executionState(info.State), Connections: k.Connections(),
 	}
 }
@@ -65,7 +65,7 @@ func (s *Server) startKernel(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	w.Header().Set("Location", "/api/kernels/"+url.PathEscape(k.ID()))
+	w.Header().Set("Location", "/api/kernels/"+url.PathEscape(k.UUID()))
 	writeJSON(w, http.StatusCreated, modelOf(k))
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -115,10 +116,12 @@ func TestRESTErrors(t *testing.T) {
 		}
 	}
 	// None of that disturbed the kernel or the session.
-	if res, body := a.do(t, "GET", "api/sessions/"+sess.ID, ""); res.StatusCode != 200 || !strings.Contains(body, k.ID()) {
+	if res, body := a.do(t, "GET", "api/sessions/"+sess.ID, ""); res.StatusCode != 200 || !strings.Contains(body, k.UUID()) {
 		t.Fatalf("session after the errors: %d %s", res.StatusCode, body)
 	}
 }
+
+var uuidShape = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
 func TestKernelLifecycleOverREST(t *testing.T) {
 	t.Parallel()
@@ -152,9 +155,19 @@ func TestKernelLifecycleOverREST(t *testing.T) {
 	if loc := res.Header.Get("Location"); loc != "/api/kernels/"+m.ID {
 		t.Fatalf("Location %q", loc)
 	}
-	// The kernel is the agent's: the manager lists it.
-	if ks := a.kernels.List(); len(ks) != 1 || ks[0].Kernel != m.ID {
+	// Jupyter's servers and clients route kernel ids shaped like UUIDs
+	// (Notebook's gateway mode 404s /api/kernels/k1/channels).
+	if !uuidShape.MatchString(m.ID) {
+		t.Fatalf("kernel id %q is not a UUID", m.ID)
+	}
+	// The kernel is the agent's: the manager lists it, under its own id
+	// and this one.
+	if ks := a.kernels.List(); len(ks) != 1 || ks[0].UUID != m.ID || ks[0].Kernel == m.ID {
 		t.Fatalf("manager lists %+v", ks)
+	}
+	// Its "k1" id reaches it too, and answers with the UUID.
+	if res, body := a.do(t, "GET", "api/kernels/"+a.kernels.List()[0].Kernel, ""); res.StatusCode != 200 || !strings.Contains(body, `"id":"`+m.ID+`"`) {
+		t.Fatalf("get by the manager's id: %d %s", res.StatusCode, body)
 	}
 	res, body = a.do(t, "GET", "api/kernels", "")
 	if res.StatusCode != 200 || !strings.Contains(body, `"id":"`+m.ID+`"`) {
@@ -259,6 +272,13 @@ func TestSessions(t *testing.T) {
 	}
 	if _, err := a.kernels.Get(s1.Kernel.ID); err == nil {
 		t.Fatalf("the session's previous kernel %s still runs", s1.Kernel.ID)
+	}
+	// Naming the kernel it has (by the UUID it was shown) changes nothing.
+	if res, body = a.do(t, "PATCH", "api/sessions/"+s1.ID, `{"kernel":{"id":"`+s2.Kernel.ID+`"}}`); res.StatusCode != 200 || !strings.Contains(body, s2.Kernel.ID) || !uuidShape.MatchString(s2.Kernel.ID) {
+		t.Fatalf("patch onto its own kernel: %d %s", res.StatusCode, body)
+	}
+	if _, err := a.kernels.Get(s2.Kernel.ID); err != nil {
+		t.Fatalf("patching a session onto the kernel it has shut it down: %v", err)
 	}
 	// A session whose kernel is shut down through another surface goes.
 	if err := a.kernels.Shutdown(t.Context(), s2.Kernel.ID); err != nil {

@@ -160,15 +160,15 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	}
 	// Like jupyter_server, a kernel id that does not exist starts a new
 	// kernel rather than failing.
-	if _, err := s.o.Kernels.Get(kernelID); kernelID == "" || err != nil {
-		k, err := s.startFor(r, kernelName)
-		if err != nil {
+	k, err := s.o.Kernels.Get(kernelID)
+	if kernelID == "" || err != nil {
+		if k, err = s.startFor(r, kernelName); err != nil {
 			writeErr(w, err)
 			return
 		}
-		kernelID = k.ID()
 	}
-	ss.Kernel = kernelID
+	// Sessions keep the manager's id; clients see the kernel's UUID.
+	ss.Kernel = k.ID()
 	s.sessions.add(ss)
 	m, ok := s.model(*ss)
 	if !ok {
@@ -224,11 +224,12 @@ func (s *Server) updateSession(w http.ResponseWriter, r *http.Request) {
 	if req.Kernel != nil {
 		switch {
 		case req.Kernel.ID != nil:
-			if _, err := s.o.Kernels.Get(*req.Kernel.ID); err != nil {
+			k, err := s.o.Kernels.Get(*req.Kernel.ID)
+			if err != nil {
 				writeError(w, http.StatusBadRequest, "No such kernel: "+*req.Kernel.ID)
 				return
 			}
-			kernelID = *req.Kernel.ID
+			kernelID = k.ID()
 		case req.Kernel.Name != nil:
 			k, err := s.startFor(r, *req.Kernel.Name)
 			if err != nil {
