@@ -18,7 +18,9 @@ DEV_TOKEN_FILE := $(STATE_DIR)/dev-token
 # (a small ext4 with blocks kept for root), numpy (clone-safety tests reseed
 # its global state); the image build and VM tools
 # come from rootfs/deps.sh.
-TEST_PACKAGES := python3-ipykernel python3-numpy procps e2fsprogs
+# chromium and jupyter-notebook: pages in a real browser, and Notebook in
+# gateway mode, call the agent (cmd/rayito-agent/browser_test.go).
+TEST_PACKAGES := python3-ipykernel python3-numpy procps e2fsprogs chromium jupyter-notebook
 
 .PHONY: all build run test unit deps node-deps bench bench-agent fuzz lint clean proto
 
@@ -60,11 +62,11 @@ deps: rootfs-deps
 	fi
 
 # Node tests drive the agent with the real npm client packages. Each folder
-# internal/*/nodetest holds a package.json and its package-lock.json;
+# internal/*/nodetest and cmd/*/nodetest holds a package.json and its package-lock.json;
 # node-deps installs the pinned packages when they are missing or older
 # than the lock file. With RAYITO_NODE_TESTS=1 (as make sets it) the Go
 # tests that run node fail instead of skipping when they are missing.
-NODE_TEST_DIRS := $(patsubst %/package.json,%,$(wildcard internal/*/nodetest/package.json))
+NODE_TEST_DIRS := $(patsubst %/package.json,%,$(wildcard internal/*/nodetest/package.json cmd/*/nodetest/package.json))
 node-deps:
 	@for d in $(NODE_TEST_DIRS); do \
 		[ $$d/node_modules/.package-lock.json -nt $$d/package-lock.json ] && continue; \
