@@ -163,6 +163,7 @@ var (
 	errRemoveRoot   = errors.New("refusing to remove /")
 	errMode         = errors.New("mode is at most 0o7777")
 	errNoOwner      = errors.New("give an owner, a group or both")
+	errUnchangedID  = errors.New("id 4294967295 is no user or group (chown reads it as \"leave unchanged\")")
 	errSpecialFile  = errors.New("devices, FIFOs and sockets cannot be copied across filesystems")
 	errVirtual      = errors.New("a virtual filesystem (such as /proc or /sys): its files cannot be replaced; write to them with a command")
 	errWriterClosed = errors.New("the write was already committed or aborted")

@@ -299,6 +299,8 @@ func TestChmodChown(t *testing.T) {
 		t.Fatalf("after chown of the group alone: %s:%s", info.Owner, info.Group)
 	}
 	wantKind(t, m.Chown("", f, "", ""), ErrInvalid)
+	wantKind(t, m.Chown("", f, "4294967295", ""), ErrInvalid)
+	wantKind(t, m.Chown("", f, "", "4294967295"), ErrInvalid)
 	wantKind(t, m.Chown("", f, "no-such-user-here", ""), ErrUnknownUser)
 	wantKind(t, m.Chown("", f, "", "no-such-group-here"), ErrUnknownUser)
 	// nobody owns f but may not give it away.
