@@ -212,7 +212,8 @@ func procAlive(pid int) bool {
 type tcpProxy struct {
 	l      net.Listener
 	target string
-	// swallow drops what clients send, as a dying route would.
+	// swallow drops what clients send, as a dying route would: from the
+	// first byte it drops, a connection forwards nothing more.
 	swallow atomic.Bool
 	mu      sync.Mutex
 	conns   []net.Conn
@@ -267,9 +268,15 @@ func (p *tcpProxy) accept() {
 func (p *tcpProxy) pipe(dst, src net.Conn, swallow, stalled *atomic.Bool) {
 	defer p.wg.Done()
 	buf := make([]byte, 64<<10)
+	// Once this connection lost bytes it forwards nothing more, as a
+	// dying route: TCP never delivers what follows a hole, and passing
+	// it on would splice websocket frames (a frame's header with another
+	// frame's bytes as its payload), which no real network does.
+	dead := false
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !swallow.Load() && !stalled.Load() {
+		dead = dead || n > 0 && swallow.Load()
+		if n > 0 && !dead && !stalled.Load() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				break
 			}
