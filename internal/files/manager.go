@@ -15,9 +15,6 @@ import (
 	"github.com/rayito/rayito-agent/internal/users"
 )
 
-// unchangedID is the id chown(2) takes as "leave it unchanged".
-const unchangedID = ^uint32(0)
-
 // Bounds of listings.
 const (
 	// MaxDepth is the deepest file_list goes: enough for a project tree,
@@ -336,11 +333,6 @@ func (m *Manager) Chown(userName, path, owner, group string) error {
 			return err
 		}
 		gid = int(n)
-	}
-	// chown(2) reads id 4294967295 as "leave it unchanged": a caller
-	// naming it would get OK and no change.
-	if uint32(uid) == unchangedID && uid != -1 || uint32(gid) == unchangedID && gid != -1 {
-		return newErr("chown", p, ErrInvalid, errUnchangedID)
 	}
 	return m.as(u, func() error {
 		if err := os.Chown(p, uid, gid); err != nil {

@@ -15,6 +15,9 @@ func (m *Manager) owner(name string) (uint32, error) {
 	if errors.Is(err, users.ErrUnknown) {
 		return 0, newErr("user", name, ErrUnknownUser, nil)
 	}
+	if err == nil && uid == unchangedID {
+		return 0, newErr("user", name, ErrInvalid, errUnchangedID)
+	}
 	return uid, err
 }
 
@@ -24,5 +27,12 @@ func (m *Manager) group(name string) (uint32, error) {
 	if errors.Is(err, users.ErrUnknown) {
 		return 0, newErr("group", name, ErrUnknownUser, nil)
 	}
+	if err == nil && gid == unchangedID {
+		return 0, newErr("group", name, ErrInvalid, errUnchangedID)
+	}
 	return gid, err
 }
+
+// unchangedID is the id chown(2) reads as "leave it unchanged": a caller
+// naming it would get OK and no change.
+const unchangedID = ^uint32(0)
