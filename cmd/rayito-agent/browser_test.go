@@ -24,22 +24,6 @@ import (
 // the suite.
 const browserBound = 5 * time.Minute
 
-// needTool finds a program the browser tests need (Debian's chromium,
-// jupyter-notebook), skipping without it unless make runs the tests
-// (RAYITO_NODE_TESTS=1), which installs them: then it fails.
-func needTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err == nil {
-		return p
-	}
-	if os.Getenv("RAYITO_NODE_TESTS") != "" {
-		t.Fatalf("%s is not installed (make deps installs it)", name)
-	}
-	t.Skipf("%s is not installed", name)
-	return ""
-}
-
 // TestBrowsers: pages in headless Chromium on another origin than the
 // agent's call it with the real clients (nodetest/page.mjs): the e2b SDK
 // (a command, a background command's output, 1 MiB written and read back,
@@ -53,8 +37,8 @@ func TestBrowsers(t *testing.T) {
 		t.Skip("browser tests run under make")
 	}
 	nodetest.Require(t, "nodetest", "puppeteer-core")
-	chromium := needTool(t, "chromium")
-	notebook := needTool(t, "jupyter-notebook")
+	chromium := nodetest.RequireProgram(t, "chromium")
+	notebook := nodetest.RequireProgram(t, "jupyter-notebook")
 
 	const token = "browser-token"
 	agent := "http" + strings.TrimPrefix(startAgent(t, token), "ws")

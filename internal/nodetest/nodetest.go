@@ -34,9 +34,27 @@ func Require(t testing.TB, dir, pkg string) {
 	} else if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
 		missing = pkg + " is not installed in " + dir + " (run make node-deps)"
 	}
-	if missing == "" {
-		return
+	if missing != "" {
+		skipOrFail(t, missing)
 	}
+}
+
+// RequireProgram returns the path of a program the Node tests need
+// besides node (Debian's chromium), skipping or failing as Require does
+// when it is missing.
+func RequireProgram(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		skipOrFail(t, name+" is not installed (make deps installs it)")
+	}
+	return p
+}
+
+// skipOrFail skips, unless the run must include Node tests
+// (RAYITO_NODE_TESTS=1, as make sets it): then it fails.
+func skipOrFail(t testing.TB, missing string) {
+	t.Helper()
 	if os.Getenv("RAYITO_NODE_TESTS") != "" {
 		t.Fatal(missing)
 	}
