@@ -200,3 +200,30 @@ func TestTrafficCounted(t *testing.T) {
 		t.Fatalf("traffic %+v then %+v", before, after)
 	}
 }
+
+// A URL signature opens /files only: the same signed query on an RPC
+// route (a leaked download URL's query pasted onto the process service)
+// gets no further than no token at all.
+func TestSignatureOnlyOpensFiles(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, agentOptions{})
+	q := url.Values{"path": {"/"}, "signature": {sign("/", "read", "", nativeToken, 0)}}
+	for _, op := range []string{"read", "write"} { // the RPCs are POSTs, as uploads are
+		signed := url.Values{"path": {"/"}, "signature": {sign("/", op, "", nativeToken, 0)}}
+		for _, path := range []string{"/process.Process/List", "/filesystem.Filesystem/Stat"} {
+			status, body := post(t, a, path+"?"+signed.Encode(), nil)
+			if status != 401 || body["code"] != "unauthenticated" {
+				t.Errorf("%s-signed %s: %d %v, want 401 unauthenticated", op, path, status, body)
+			}
+		}
+	}
+	// The same signature opens /files, so the refusal above is the route's.
+	resp, err := http.Get(a.url + "/files?" + q.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == 401 {
+		t.Fatalf("the signed /files URL was refused: %d", resp.StatusCode)
+	}
+}
