@@ -200,3 +200,35 @@ func waitStdoutFull(t *testing.T, a *agent, pid uint32) *stream.Log {
 	}
 	return out
 }
+
+// A cut ends only calls older than its generation: a stream started
+// after a resume (a client that reconnected at once, in the window before
+// the resume sequence cuts) is not ended by that resume's cut.
+func TestResumeCutSparesItsOwnGeneration(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, agentOptions{})
+	a.resume.Resume(ctxLong(t), resume.Report{Source: resume.SourceHost})
+	gen := a.resume.Generation()
+	if gen == 0 {
+		t.Fatal("the resume did not advance the generation")
+	}
+	s, pid := started(t, a, withStdin(startReq("echo ready; cat")))
+	var r run
+	for !bytes.Equal(r.stdout, []byte("ready\n")) {
+		if !s.Receive() {
+			t.Fatalf("stream ended early: %v (%q)", s.Err(), r.stdout)
+		}
+		r.stdout = append(r.stdout, s.Msg().GetEvent().GetData().GetStdout()...)
+	}
+	a.cuts.CutForResume(ctxLong(t), gen)
+	if err := sendStdin(t, a, byPid(pid), "still here\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.pc.CloseStdin(ctxLong(t), authed(connect.NewRequest(&process.CloseStdinRequest{Process: byPid(pid)}))); err != nil {
+		t.Fatal(err)
+	}
+	rest := finish(s, pid)
+	if rest.err != nil || string(rest.stdout) != "still here\n" || rest.end.GetExitCode() != 0 {
+		t.Fatalf("the stream of generation %d after its own cut: %q, end %v, err %v", gen, rest.stdout, rest.end, rest.err)
+	}
+}
