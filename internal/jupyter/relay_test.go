@@ -164,3 +164,67 @@ func TestRelaySurvivesBadMessages(t *testing.T) {
 		}
 	}
 }
+
+// A cell that asks for input gets it through the relay: the kernel's
+// input_request arrives as a stdin event, and the client's input_reply,
+// sent on the stdin channel, is what input() returns.
+func TestRelayStdinRoundTrip(t *testing.T) {
+	t.Parallel()
+	k := sharedKernel(t)
+	rs, err := env.mgr.Channels(k.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := rs.Control.(*Relay)
+	defer relay.Close()
+	r := attach(t, rs, 0)
+	msgID := "stdin-" + newID()
+	req := fmt.Sprintf(`{"channel":"shell","header":{"msg_type":"execute_request","msg_id":%q},
+		"content":{"code":"relay_name = input('name? ')\nrelay_name.upper()","silent":false,"store_history":true,"user_expressions":{},"allow_stdin":true}}`, msgID)
+	if err := relay.Send(context.Background(), json.RawMessage(req)); err != nil {
+		t.Fatal(err)
+	}
+	var result string
+	var replied bool
+	for !replied || result == "" {
+		ev, end := r.next()
+		if end != nil {
+			t.Fatalf("relay ended: %+v", end)
+		}
+		var parent, head struct {
+			MsgID   string `json:"msg_id"`
+			MsgType string `json:"msg_type"`
+		}
+		json.Unmarshal(ev.Msg.Parent, &parent)
+		json.Unmarshal(ev.Msg.Header, &head)
+		if parent.MsgID != msgID {
+			continue
+		}
+		var body struct {
+			Prompt string            `json:"prompt"`
+			Status string            `json:"status"`
+			Data   map[string]string `json:"data"`
+		}
+		json.Unmarshal(ev.Msg.Content, &body)
+		switch {
+		case ev.Msg.Channel == "stdin" && head.MsgType == "input_request":
+			if body.Prompt != "name? " {
+				t.Fatalf("input_request prompt %q", body.Prompt)
+			}
+			reply := fmt.Sprintf(`{"channel":"stdin","header":{"msg_type":"input_reply"},"parent_header":%s,"content":{"value":"ada"}}`, ev.Msg.Header)
+			if err := relay.Send(context.Background(), json.RawMessage(reply)); err != nil {
+				t.Fatalf("input_reply on the stdin channel: %v", err)
+			}
+		case ev.Msg.Channel == "iopub" && head.MsgType == "execute_result":
+			result = body.Data["text/plain"]
+		case ev.Msg.Channel == "shell" && head.MsgType == "execute_reply":
+			if body.Status != "ok" {
+				t.Fatalf("execute_reply %s", ev.Msg.Content)
+			}
+			replied = true
+		}
+	}
+	if result != "'ADA'" {
+		t.Fatalf("input() through the relay gave %s", result)
+	}
+}
