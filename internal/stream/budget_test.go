@@ -209,6 +209,11 @@ func TestEndedStreamsExpireOldestFirst(t *testing.T) {
 	if r.Get(id(5)) != nil || r.Get(id(0)) == nil || r.Get(id(2)) == nil {
 		t.Fatal("after its detach the oldest ended stream should expire first")
 	}
+	// ss[5] is the newest id the registry issued: expired, it is still
+	// one that was.
+	if !r.IsExpired(id(5)) || r.IsExpired(next) {
+		t.Fatal("the newest issued id, expired, reads as never issued (or the next one as issued)")
+	}
 }
 
 // TestEndedStreamsExpireByBytes: ended streams keep at most MaxEndedBytes
