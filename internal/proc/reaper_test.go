@@ -46,6 +46,14 @@ func TestReaperAndOOMScore(t *testing.T) {
 	if got := ownOOMScoreAdj(); got != 500 {
 		t.Fatalf("the agent's own oom_score_adj is %d after the fork, want 500", got)
 	}
+	// A fork that fails (here its exec: no such program) gives the agent
+	// its score back as well.
+	if _, _, err := r.ForkExec("/nonexistent/program", []string{"x"}, &syscall.ProcAttr{}); err == nil {
+		t.Fatal("ForkExec of a missing program succeeded")
+	}
+	if got := ownOOMScoreAdj(); got != 500 {
+		t.Fatalf("the agent's own oom_score_adj is %d after a failed fork, want 500", got)
+	}
 	if err := r.Kill(st.Pid, syscall.SIGTERM, false); err != syscall.ESRCH {
 		t.Fatalf("Kill of a reaped pid: %v, want ESRCH", err)
 	}
