@@ -312,6 +312,48 @@ func TestStaleUnauthenticatedRequestsEvicted(t *testing.T) {
 	}
 }
 
+// TestLongAuthenticatedRequestsKept: a long request that showed the
+// token (a big upload from a slow client) is never evicted, however old:
+// a client that finds every slot so held is refused instead.
+func TestLongAuthenticatedRequestsKept(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int64
+	addr := serve(t, func(c *Options) { c.MaxConns = 4 }, func(srv *Server) {
+		srv.conns.stale = 50 * time.Millisecond
+		srv.Mount(Surface{Name: "upload", Tokens: nativeTokens, Routes: []Route{{Pattern: "/upload",
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+			})}}})
+		countRequests(srv, &requests)
+	})
+	var uploads []net.Conn
+	for i := range 4 {
+		uploads = append(uploads, slowBody(t, addr, "POST", "/upload", "Authorization: Bearer "+testToken))
+		waitFor(t, func() bool { return requests.Load() > int64(i) })
+	}
+	time.Sleep(200 * time.Millisecond) // every upload is now older than stale
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if c, _, err := dialWS(ctx, addr); err == nil {
+		c.CloseNow()
+		t.Fatal("a websocket got in while every slot held an upload with the token")
+	}
+	for i, c := range uploads {
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, strings.Repeat("y", 99)); err != nil {
+			t.Fatalf("upload %d: %v", i, err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("upload %d lost its connection: %v", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("upload %d: %d", i, resp.StatusCode)
+		}
+	}
+}
+
 // TestReserveSlowBodiesFreed: a request on a reserve connection that
 // leaves its body unread gets its answer and loses the connection, so
 // slow bodies cannot fill the reserve and keep the host out.
