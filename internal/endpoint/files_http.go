@@ -165,11 +165,13 @@ func (s *Server) handleFilePut(w http.ResponseWriter, r *http.Request) {
 	up := s.cfg.Files.Stage(q["user"], o)
 	defer up.Abort()
 	if err := up.Add(q["path"], r.Body); err != nil {
+		surface.DrainBody(w, r)
 		writeFileError(w, err)
 		return
 	}
 	committed, err := up.Commit()
 	if err != nil {
+		surface.DrainBody(w, r)
 		writeFileError(w, err)
 		return
 	}
@@ -205,6 +207,7 @@ func (s *Server) handleFilePost(w http.ResponseWriter, r *http.Request) {
 	}
 	up := s.cfg.Files.Stage(q["user"], o)
 	defer up.Abort()
+	var committed []files.Committed
 	err = up.Multipart(mr, func(n int, part *multipart.Part) (string, bool, error) {
 		name := files.PartFilename(part)
 		switch {
@@ -216,12 +219,11 @@ func (s *Server) handleFilePost(w http.ResponseWriter, r *http.Request) {
 		target, err := files.Within(q["path"], name)
 		return target, err == nil, err
 	})
-	if err != nil {
-		writeFileError(w, err)
-		return
+	if err == nil {
+		committed, err = up.Commit()
 	}
-	committed, err := up.Commit()
 	if err != nil {
+		surface.DrainBody(w, r)
 		writeFileError(w, err)
 		return
 	}

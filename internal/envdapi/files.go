@@ -99,14 +99,17 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		NoHash: true}) // envd answers no checksum
 	defer up.Abort()
 	media, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	read := false // whether the body was read from: an early answer then drains it
 	switch {
 	case media == "application/octet-stream":
 		if q.Get("path") == "" {
 			err = wire.Errorf(wire.CodeBadRequest, "an application/octet-stream upload needs the path query parameter")
 		} else {
+			read = true
 			err = up.Add(q.Get("path"), body)
 		}
 	case strings.HasPrefix(media, "multipart/") && params["boundary"] != "":
+		read = true
 		// Every part named "file" goes to ?path= when given, else to the
 		// path its filename names; other form fields are skipped, as envd
 		// does.
@@ -131,6 +134,9 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		committed, err = up.Commit()
 	}
 	if err != nil {
+		if read {
+			surface.DrainBody(w, r)
+		}
 		writeFileStatus(w, err)
 		return
 	}
