@@ -59,6 +59,8 @@ type config struct {
 	// Retention: the budget of every stream's buffers, and how many ended
 	// streams stay attachable.
 	retention stream.Limits
+	// maxKernels bounds the Jupyter kernels running at once.
+	maxKernels int
 	// origins are the web pages that may call the agent from a browser.
 	origins surface.Origins
 	// reseed makes every resume re-key the kernel CRNG and reseed the
@@ -110,6 +112,10 @@ func envOr(name, def string) string {
 	return def
 }
 
+// maxMaxKernels is the most --max-kernels takes: past it, a typo (an
+// extra zero) would leave the sandbox's memory unguarded.
+const maxMaxKernels = 1024
+
 func parseServe(args []string) (config, error) {
 	var c config
 	fs := commandFlags("serve", os.Stderr)
@@ -136,6 +142,8 @@ func parseServe(args []string) (config, error) {
 	fs.StringVar(&budgetDefault, "retention-budget", budgetDefault, "memory the buffers of all streams may hold together, such as 64MiB or 1GiB (env RAYITO_RETENTION_BUDGET; default a sixteenth of memory, "+stream.FormatBytes(stream.DefaultBudget())+" here)")
 	keepDefault := envOr("RAYITO_KEEP_ENDED", strconv.Itoa(stream.DefaultMaxEnded))
 	fs.StringVar(&keepDefault, "keep-ended", keepDefault, "how many ended streams stay attachable, the oldest expiring first (env RAYITO_KEEP_ENDED)")
+	kernelsDefault := envOr("RAYITO_MAX_KERNELS", strconv.Itoa(jupyter.DefaultMaxKernels))
+	fs.StringVar(&kernelsDefault, "max-kernels", kernelsDefault, "how many Jupyter kernels may run at once, on every surface together (an idle one takes about 70 MB); a start beyond it is refused with limit (env RAYITO_MAX_KERNELS)")
 	fs.BoolVar(&c.reseed, "reseed-on-resume", envBool("RAYITO_RESEED_ON_RESUME", true), "on every resume, re-key the kernel CRNG and reseed the PRNGs of every Python kernel, so that sandboxes resumed from one snapshot diverge; false only to show the hazard (env RAYITO_RESEED_ON_RESUME)")
 	originsFlag := envOr("RAYITO_ALLOWED_ORIGINS", "*")
 	fs.StringVar(&originsFlag, "allowed-origins", originsFlag, "web pages that may call the agent from a browser (CORS and websocket origins): * for any, as envd, or a comma list such as https://ide.example.com; every call still needs the token (env RAYITO_ALLOWED_ORIGINS)")
@@ -158,6 +166,9 @@ func parseServe(args []string) (config, error) {
 		return c, fmt.Errorf("--keep-ended must be a whole number of at least 1, got %q", keepDefault)
 	}
 	c.retention.MaxEnded = keep
+	if c.maxKernels, err = strconv.Atoi(kernelsDefault); err != nil || c.maxKernels < 1 || c.maxKernels > maxMaxKernels {
+		return c, fmt.Errorf("--max-kernels must be a whole number from 1 to %d, got %q", maxMaxKernels, kernelsDefault)
+	}
 	if c.origins, err = surface.ParseOrigins(originsFlag); err != nil {
 		return c, fmt.Errorf("--allowed-origins: %w", err)
 	}
@@ -360,7 +371,7 @@ func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
 	m.ptys = ptymux.NewManager(m.streams, m.reaper, m.defaults, log.Named("pty"))
 	m.watches = watch.NewManagerWith(m.streams, watch.ManagerOptions{Logger: log.Named("watch"), IsTemp: files.IsTemp})
 	m.kernels = jupyter.NewManager(jupyter.Options{
-		Registry: m.streams, Reaper: m.reaper, Defaults: m.defaults, Logger: log, Reseed: cfg.reseed,
+		Registry: m.streams, Reaper: m.reaper, Defaults: m.defaults, Logger: log, Reseed: cfg.reseed, MaxKernels: cfg.maxKernels,
 		OnChange: func() {
 			if m.resumer != nil {
 				m.resumer.KernelsChanged()

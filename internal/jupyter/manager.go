@@ -35,7 +35,16 @@ type Options struct {
 	// Reseed installs, in every Python kernel, the handler that reseeds
 	// its PRNGs on a resume (reseed.go; --reseed-on-resume).
 	Reseed bool
+	// MaxKernels bounds the kernels running or starting at once; a start
+	// beyond it is refused with limit. 0: no bound (the agent's flag
+	// --max-kernels defaults to DefaultMaxKernels).
+	MaxKernels int
 }
+
+// DefaultMaxKernels is the agent's kernel bound unless --max-kernels
+// says otherwise. An idle ipykernel takes about 70 MB (51 of them took
+// 3.5 GB), so 8 leave room for the user's own work in a 1 GiB sandbox.
+const DefaultMaxKernels = 8
 
 // StartOptions describe a kernel to start.
 type StartOptions struct {
@@ -54,6 +63,7 @@ type Manager struct {
 	log      *zap.Logger
 	dirs     []string
 	onChange func()
+	max      int // MaxKernels
 	// newConnInfo picks a kernel's ports and key; tests make it hand out
 	// a port that is taken.
 	newConnInfo func(kernelName string) (connInfo, error)
@@ -79,7 +89,7 @@ type Manager struct {
 // NewManager returns a Manager with no kernels.
 func NewManager(o Options) *Manager {
 	m := &Manager{reg: o.Registry, reaper: o.Reaper, defaults: o.Defaults, log: o.Logger, dirs: o.DataDirs, onChange: o.OnChange, kernels: map[string]*Kernel{}, reseedOn: o.Reseed,
-		newConnInfo: newConnInfo, politeStop: stopPolite}
+		max: o.MaxKernels, newConnInfo: newConnInfo, politeStop: stopPolite}
 	if m.defaults == nil {
 		m.defaults = &proc.Defaults{}
 	}
@@ -112,6 +122,11 @@ func (m *Manager) Start(ctx context.Context, o StartOptions) (*Kernel, error) {
 	if m.closed {
 		m.mu.Unlock()
 		return nil, errClosing()
+	}
+	if m.max > 0 && len(m.kernels) >= m.max {
+		n := len(m.kernels)
+		m.mu.Unlock()
+		return nil, wire.Errorf(wire.CodeLimit, "kernel limit reached: %d running, the most this agent allows (--max-kernels %d); shut one down to start another (kernel_shutdown, DELETE /api/kernels/ID, DELETE /contexts/ID)", n, m.max)
 	}
 	m.nextID++
 	k := newKernel(m, "k"+strconv.Itoa(m.nextID), spec, o)
