@@ -3,6 +3,7 @@ package endpoint
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -301,18 +302,41 @@ func TestHoldErrors(t *testing.T) {
 	}
 }
 
-// The agent keeps at most traffic.MaxHolds holds: beyond, `hold` and
-// keep_awake answer `limit`, and a refused keep_awake starts nothing.
+// The agent keeps at most traffic.MaxLeases leases and traffic.MaxHolds
+// stream holds: beyond, `hold` and keep_awake answer `limit`, and a
+// refused keep_awake starts nothing. Leases, many connections' together,
+// never take a stream's room.
 func TestTooManyHolds(t *testing.T) {
-	a, _ := newIdleAgent(t)
-	rc := a.dial(t)
+	clock := traffictest.NewClock()
+	counter := traffic.NewCounterWithClock(clock)
+	a := newTestAgentWith(t, counter)
+	var rc *rawConn
 	var last any
-	for range traffic.MaxHolds {
+	for i := range traffic.MaxLeases {
+		if i%traffic.MaxLeasesPerOwner == 0 {
+			rc = a.dial(t)
+		}
 		last = result(t, rc.call(map[string]any{"op": "hold", "ttl_ms": 60000}))["hold"]
 	}
+	rc = a.dial(t)
 	resp := rc.call(map[string]any{"op": "hold", "ttl_ms": 60000})
-	if e, _ := resp["error"].(map[string]any); errorCode(resp) != "limit" || !strings.Contains(e["message"].(string), "release one") {
-		t.Fatalf("a hold beyond the cap: %v", resp)
+	if e, _ := resp["error"].(map[string]any); errorCode(resp) != "limit" || !strings.Contains(fmt.Sprint(e["message"]), "release one") {
+		t.Fatalf("a lease beyond the cap: %v", resp)
+	}
+	cmd := result(t, rc.call(map[string]any{"op": "exec", "argv": []string{"true"}, "keep_awake": true}))
+	if cmd["hold"] == nil {
+		t.Fatalf("keep_awake while every lease is taken: %v", cmd)
+	}
+	a.waitHolds(t, traffic.MaxLeases)
+
+	// Every stream hold taken (claimed here without a thousand jobs).
+	var rs []*traffic.Reservation
+	for range traffic.MaxHolds {
+		r, err := counter.Holds().Reserve()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
 	}
 	for _, req := range []map[string]any{
 		{"op": "exec", "argv": []string{"sleep", "1000"}, "keep_awake": true},
@@ -323,14 +347,41 @@ func TestTooManyHolds(t *testing.T) {
 			t.Fatalf("%s with keep_awake beyond the cap: %v", req["op"], resp)
 		}
 	}
-	if resp := rc.call(map[string]any{"op": "list"}); len(result(t, resp)["streams"].([]any)) != 0 {
+	if resp := rc.call(map[string]any{"op": "list"}); len(result(t, resp)["streams"].([]any)) != 1 {
 		t.Fatalf("a refused keep_awake started something: %v", resp)
+	}
+	rs[0].Cancel()
+	for _, r := range rs[1:] {
+		defer r.Cancel()
+	}
+	cmd = result(t, rc.call(map[string]any{"op": "exec", "argv": []string{"true"}, "keep_awake": true}))
+	if cmd["hold"] == nil {
+		t.Fatalf("keep_awake after a slot came free: %v", cmd)
 	}
 	if resp := rc.call(map[string]any{"op": "release", "hold": last}); resp["error"] != nil {
 		t.Fatal(resp)
 	}
-	cmd := result(t, rc.call(map[string]any{"op": "exec", "argv": []string{"true"}, "keep_awake": true}))
-	if cmd["hold"] == nil {
-		t.Fatalf("keep_awake after a release: %v", cmd)
+	result(t, rc.call(map[string]any{"op": "hold", "ttl_ms": 60000}))
+}
+
+// Holds are fair: one connection that makes every lease it may is
+// refused beyond its share, and another connection still makes leases
+// and keep_awake streams.
+func TestHoldsFair(t *testing.T) {
+	a, _ := newIdleAgent(t)
+	greedy := a.dial(t)
+	for range traffic.MaxLeasesPerOwner {
+		result(t, greedy.call(map[string]any{"op": "hold", "ttl_ms": 60000}))
 	}
+	resp := greedy.call(map[string]any{"op": "hold", "ttl_ms": 60000})
+	if e, _ := resp["error"].(map[string]any); errorCode(resp) != "limit" || !strings.Contains(fmt.Sprint(e["message"]), "this connection") {
+		t.Fatalf("a lease beyond the connection's share: %v", resp)
+	}
+	other := a.dial(t)
+	result(t, other.call(map[string]any{"op": "hold", "ttl_ms": 60000}))
+	cmd := result(t, other.call(map[string]any{"op": "exec", "argv": []string{"sleep", "1000"}, "keep_awake": true, "attach": false}))
+	if cmd["hold"] == nil {
+		t.Fatalf("keep_awake made no hold: %v", cmd)
+	}
+	result(t, other.call(map[string]any{"op": "signal", "stream": cmd["stream"], "signal": "SIGKILL"}))
 }

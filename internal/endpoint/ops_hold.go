@@ -38,7 +38,7 @@ func (s *Server) opHold(c *call) (any, error) {
 	}
 	ttl := time.Duration(*p.TTLMs) * time.Millisecond
 	if p.Hold == nil {
-		info, err := s.cfg.Traffic.Holds().Lease(ttl)
+		info, err := s.cfg.Traffic.Holds().Lease(ttl, c.ss)
 		return info, holdError(err)
 	}
 	if *p.Hold == "" {

@@ -14,7 +14,7 @@ func BenchmarkSnapshot(b *testing.B) {
 			c, _ := newFakeCounter()
 			defer c.Close()
 			for range n {
-				if _, err := c.Holds().Lease(time.Hour); err != nil {
+				if _, err := c.Holds().Lease(time.Hour, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -36,7 +36,7 @@ func BenchmarkCount(b *testing.B) {
 			c, _ := newFakeCounter()
 			defer c.Close()
 			for range n {
-				c.Holds().Lease(time.Hour)
+				c.Holds().Lease(time.Hour, nil)
 			}
 			b.ResetTimer()
 			for range b.N {

@@ -29,7 +29,7 @@ type Holds struct {
 
 	mu       sync.Mutex
 	max      time.Duration
-	holds    []*hold       // oldest first; at most MaxHolds, so searched
+	holds    []*hold       // oldest first; at most MaxHolds + MaxLeases, so searched
 	reserved int           // slots claimed by Reserve and not yet bound
 	stopped  time.Duration // monotonic: when the latest hold stopped counting
 	done     chan struct{} // closed by close: stream watchers return
@@ -50,16 +50,25 @@ const (
 	// MaxMaxHold bounds the maximum hold time itself: ten years is
 	// forever for a sandbox and far from overflowing a time.Duration.
 	MaxMaxHold = 10 * 365 * 24 * time.Hour
-	// MaxHolds is how many holds the agent keeps at once: far more than
-	// honest use needs, few enough that a runaway client cannot grow the
-	// agent's memory or its traffic report without bound.
-	MaxHolds = 1024
+	// MaxHolds is how many stream holds (keep_awake) the agent keeps at
+	// once, MaxLeases how many leases: far more than honest use needs,
+	// few enough that a runaway client cannot grow the agent's memory or
+	// its traffic report without bound. The two are apart so that leases,
+	// which any client makes at will, never take a stream's room: a
+	// silent job's keep_awake is refused only when MaxHolds jobs hold.
+	MaxHolds  = 1024
+	MaxLeases = 1024
+	// MaxLeasesPerOwner bounds the leases of one owner (a connection),
+	// well below MaxLeases: one client that fills its share leaves room
+	// for the others.
+	MaxLeasesPerOwner = 64
 )
 
 // hold is one hold. Times are monotonic.
 type hold struct {
 	id       string
 	stream   uint64 // 0 for a lease
+	owner    any    // who made a lease (a connection), for its share; nil: none
 	created  time.Duration
 	wall     time.Time     // creation, for reports
 	ttl      time.Duration // leases only
@@ -138,7 +147,7 @@ func (hs *Holds) Reserve() (*Reservation, error) {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	hs.settleLocked(hs.clock.Mono())
-	if err := hs.roomLocked(); err != nil {
+	if err := hs.streamRoomLocked(); err != nil {
 		return nil, err
 	}
 	hs.reserved++
@@ -194,8 +203,9 @@ func (hs *Holds) streamEnded(h *hold) {
 	h.ended, h.endedAt = true, hs.clock.Mono()
 }
 
-// Lease makes a hold that counts for ttl unless renewed.
-func (hs *Holds) Lease(ttl time.Duration) (HoldInfo, error) {
+// Lease makes a hold that counts for ttl unless renewed, on owner's
+// share of leases (nil: no share, only the total).
+func (hs *Holds) Lease(ttl time.Duration, owner any) (HoldInfo, error) {
 	if err := checkTTL(ttl); err != nil {
 		return HoldInfo{}, err
 	}
@@ -203,11 +213,11 @@ func (hs *Holds) Lease(ttl time.Duration) (HoldInfo, error) {
 	defer hs.mu.Unlock()
 	now := hs.clock.Mono()
 	hs.settleLocked(now)
-	if err := hs.roomLocked(); err != nil {
+	if err := hs.leaseRoomLocked(owner); err != nil {
 		return HoldInfo{}, err
 	}
 	h := hs.newLocked(0)
-	h.ttl, h.leaseEnd = ttl, now+ttl
+	h.owner, h.ttl, h.leaseEnd = owner, ttl, now+ttl
 	return hs.infoLocked(h, now, hs.clock.Now()), nil
 }
 
@@ -319,10 +329,38 @@ func (hs *Holds) close() {
 	hs.wg.Wait()
 }
 
-// roomLocked says whether another hold fits, once settled.
-func (hs *Holds) roomLocked() error {
-	if len(hs.holds)+hs.reserved >= MaxHolds {
-		return fmt.Errorf("%w: the agent has %d holds; release one first", ErrTooManyHolds, MaxHolds)
+// streamRoomLocked says whether another stream hold fits, once settled.
+// Leases do not count.
+func (hs *Holds) streamRoomLocked() error {
+	n := hs.reserved
+	for _, h := range hs.holds {
+		if !h.lease() {
+			n++
+		}
+	}
+	if n >= MaxHolds {
+		return fmt.Errorf("%w: %d streams hold the sandbox awake; end one first", ErrTooManyHolds, MaxHolds)
+	}
+	return nil
+}
+
+// leaseRoomLocked says whether another lease of owner fits, once
+// settled.
+func (hs *Holds) leaseRoomLocked(owner any) error {
+	all, own := 0, 0
+	for _, h := range hs.holds {
+		if h.lease() {
+			all++
+			if owner != nil && h.owner == owner {
+				own++
+			}
+		}
+	}
+	switch {
+	case own >= MaxLeasesPerOwner:
+		return fmt.Errorf("%w: this connection has %d leases, the most one may make; release one first", ErrTooManyHolds, MaxLeasesPerOwner)
+	case all >= MaxLeases:
+		return fmt.Errorf("%w: the agent has %d leases; release one first", ErrTooManyHolds, MaxLeases)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package traffic
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -91,7 +92,7 @@ func TestLastHoldEndStartsTheClock(t *testing.T) {
 // then.
 func TestLeaseExpires(t *testing.T) {
 	c, clock := newHeldCounter(t)
-	info, err := c.Holds().Lease(5 * time.Minute)
+	info, err := c.Holds().Lease(5*time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestLeaseExpires(t *testing.T) {
 // a renewal sets the ttl from now, shorter or longer.
 func TestRenewedLeaseDoesNotExpire(t *testing.T) {
 	c, clock := newHeldCounter(t)
-	info, err := c.Holds().Lease(30 * time.Second)
+	info, err := c.Holds().Lease(30*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestMaxHoldStopsCounting(t *testing.T) {
 		t.Fatal(err)
 	}
 	streamHold, _ := bindStream(t, c, 3)
-	lease, err := c.Holds().Lease(time.Hour)
+	lease, err := c.Holds().Lease(time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestMaxHoldStopsCounting(t *testing.T) {
 // goes on); releasing it again is an error.
 func TestRelease(t *testing.T) {
 	c, clock := newHeldCounter(t)
-	lease, err := c.Holds().Lease(time.Hour)
+	lease, err := c.Holds().Lease(time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +213,7 @@ func TestRelease(t *testing.T) {
 // their clients have time to reconnect and renew.
 func TestResumeKeepsHolds(t *testing.T) {
 	c, clock := newHeldCounter(t)
-	lease, err := c.Holds().Lease(time.Minute)
+	lease, err := c.Holds().Lease(time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,11 +235,11 @@ func TestHoldBadInput(t *testing.T) {
 	c, _ := newHeldCounter(t)
 	hs := c.Holds()
 	for _, ttl := range []time.Duration{-time.Second, 0, time.Second - 1, time.Hour + 1, 1 << 62} {
-		if _, err := hs.Lease(ttl); !errors.Is(err, ErrHoldTTL) {
+		if _, err := hs.Lease(ttl, nil); !errors.Is(err, ErrHoldTTL) {
 			t.Errorf("Lease(%v): %v", ttl, err)
 		}
 	}
-	lease, err := hs.Lease(time.Minute)
+	lease, err := hs.Lease(time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,43 +272,87 @@ func TestHoldBadInput(t *testing.T) {
 	}
 }
 
-// The agent keeps at most MaxHolds holds, leases, stream holds and
-// reservations together; a refused one changes nothing.
+// The agent keeps at most MaxHolds stream holds (reservations included)
+// and MaxLeases leases, apart: leases never take a stream's room. A
+// refused one changes nothing.
 func TestTooManyHolds(t *testing.T) {
 	c, _ := newHeldCounter(t)
 	hs := c.Holds()
-	r, err := hs.Reserve()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var last HoldInfo
-	for range MaxHolds - 1 {
-		if last, err = hs.Lease(time.Minute); err != nil {
+	var err error
+	for range MaxLeases {
+		if last, err = hs.Lease(time.Minute, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := hs.Lease(time.Minute); !errors.Is(err, ErrTooManyHolds) {
+	if _, err := hs.Lease(time.Minute, nil); !errors.Is(err, ErrTooManyHolds) {
 		t.Fatalf("lease beyond the cap: %v", err)
+	}
+	// Every lease taken: a stream's hold is still made.
+	var rs []*Reservation
+	for range MaxHolds {
+		r, err := hs.Reserve()
+		if err != nil {
+			t.Fatalf("a stream hold refused while %d leases exist: %v", MaxLeases, err)
+		}
+		rs = append(rs, r)
 	}
 	if _, err := hs.Reserve(); !errors.Is(err, ErrTooManyHolds) {
 		t.Fatalf("reservation beyond the cap: %v", err)
 	}
-	r.Cancel()
-	if _, err := hs.Lease(time.Minute); err != nil {
-		t.Fatalf("after a cancelled reservation: %v", err)
-	}
-	if err := hs.Release(last.Hold); err != nil {
-		t.Fatal(err)
-	}
-	r, err = hs.Reserve()
+	rs[0].Cancel()
+	r, err := hs.Reserve()
 	if err != nil {
-		t.Fatalf("after a release: %v", err)
+		t.Fatalf("after a cancelled reservation: %v", err)
 	}
 	done := make(chan struct{})
 	close(done)
 	r.Bind(1, done)
-	if n := len(hs.List()); n > MaxHolds {
+	if err := hs.Release(last.Hold); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hs.Lease(time.Minute, nil); err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	for _, r := range rs[1:] {
+		r.Cancel()
+	}
+	if n := len(hs.List()); n > MaxHolds+MaxLeases {
 		t.Fatalf("%d holds", n)
+	}
+}
+
+// One owner (a connection) gets MaxLeasesPerOwner leases; others still
+// get theirs, and a release gives the owner room again.
+func TestLeasesPerOwner(t *testing.T) {
+	c, _ := newHeldCounter(t)
+	hs := c.Holds()
+	greedy, other := new(int), new(int)
+	var first HoldInfo
+	for i := range MaxLeasesPerOwner {
+		info, err := hs.Lease(time.Minute, greedy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = info
+		}
+	}
+	_, err := hs.Lease(time.Minute, greedy)
+	if !errors.Is(err, ErrTooManyHolds) || !strings.Contains(err.Error(), "this connection") {
+		t.Fatalf("a lease beyond the owner's share: %v", err)
+	}
+	if _, err := hs.Lease(time.Minute, other); err != nil {
+		t.Fatalf("another owner's lease: %v", err)
+	}
+	if _, err := hs.Renew(first.Hold, time.Minute); err != nil {
+		t.Fatalf("renewing within the share: %v", err)
+	}
+	if err := hs.Release(first.Hold); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hs.Lease(time.Minute, greedy); err != nil {
+		t.Fatalf("after a release: %v", err)
 	}
 }
 
@@ -319,7 +364,7 @@ func TestHoldsConcurrently(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 100 {
-				l, err := c.Holds().Lease(time.Minute)
+				l, err := c.Holds().Lease(time.Minute, nil)
 				if err != nil {
 					t.Error(err)
 					return
@@ -372,7 +417,7 @@ func clockNowMs(c *Counter) int64 { return c.clock.Now().UnixMilli() }
 // to running streams stay.
 func TestDropLeases(t *testing.T) {
 	c, _ := newHeldCounter(t)
-	if _, err := c.Holds().Lease(time.Minute); err != nil {
+	if _, err := c.Holds().Lease(time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
 	bindStream(t, c, 7)
