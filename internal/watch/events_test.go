@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestEvents makes every kind of change in a watched directory, flat and
@@ -146,6 +147,29 @@ func TestMkdirRace(t *testing.T) {
 	}
 	if n, dirs := m.InotifyWatches(), 1+3*rounds; n != dirs {
 		t.Errorf("%d inotify watches for %d directories", n, dirs)
+	}
+}
+
+// TestNewDirectoryWatchedWhenReported: a new directory's create is
+// reported only once the directory is watched, so a client that writes
+// into it on seeing the report (as envd's SDK users do) sees its write as
+// a create and a write, however slow the agent is to add the watch.
+func TestNewDirectoryWatchedWhenReported(t *testing.T) {
+	t.Parallel()
+	m, _ := newManager(t)
+	m.beforeGrow = func(string) { time.Sleep(100 * time.Millisecond) }
+	root := t.TempDir()
+	c := attach(t, mustWatch(t, m, root, true), 0)
+	sub := filepath.Join(root, "sub")
+	must(t, os.Mkdir(sub, 0o755))
+	if got := describe(c.until(func(e fsEvent) bool { return e.Path == sub })); !slices.Equal(got, []string{"create " + sub + " dir"}) {
+		t.Fatalf("events %v", got)
+	}
+	f := filepath.Join(sub, "f")
+	must(t, os.WriteFile(f, []byte("x"), 0o644))
+	want := []string{"create " + f + " file", "write " + f + " file"}
+	if got := c.sync(root, root); !slices.Equal(got, want) {
+		t.Fatalf("writing into a directory once its create is reported:\n got  %v\n want %v", got, want)
 	}
 }
 

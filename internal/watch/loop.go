@@ -101,14 +101,12 @@ func (m *Manager) created(parent *node, path, name string) {
 		delete(parent.pending, name) // a scan reported it already
 		return
 	}
-	dir := isDir(path)
-	if dir {
-		parent.subdirs[name] = struct{}{}
+	if !isDir(path) {
+		parent.emit(OpCreate, path, false)
+		return
 	}
-	parent.emit(OpCreate, path, dir)
-	if dir {
-		m.grow(parent, path)
-	}
+	parent.subdirs[name] = struct{}{}
+	m.grow(parent, path, func() { parent.emit(OpCreate, path, true) })
 }
 
 // vanished reports an entry removed or renamed away; if it was a watched
@@ -187,11 +185,14 @@ func (m *Manager) resync(n *node) {
 	rec := n.recursive()
 	for name := range fresh {
 		child := join(n.path, name)
+		var announce func()
 		if _, ok := old[name]; !ok {
-			n.emit(OpCreate, child, true)
+			announce = func() { n.emit(OpCreate, child, true) }
 		}
 		if c := m.nodes[child]; len(rec) > 0 && (c == nil || !c.hasAll(rec)) {
-			m.grow(n, child)
+			m.grow(n, child, announce)
+		} else if announce != nil {
+			announce()
 		}
 	}
 }

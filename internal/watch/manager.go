@@ -55,6 +55,10 @@ type Manager struct {
 	watches   map[uint64]*watch // by stream id, running watches only
 	prev      fsnotify.Event    // the last event read; see handle
 	movedAway recent
+	// beforeGrow, set by tests, runs before a new directory of a
+	// recursive tree is watched: a slow moment there is when a client
+	// could act on a create reported too early.
+	beforeGrow func(dir string)
 }
 
 // watch is the producer side of one watch stream.

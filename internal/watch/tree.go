@@ -153,10 +153,24 @@ func (m *Manager) gone(dir, why string) {
 // and everything already in it. Each directory is watched first and then
 // scanned; what the scan finds is reported as created, because it was
 // created before the watch could see it (mkdir -p a/b/c && touch a/b/c/f).
-func (m *Manager) grow(parent *node, dir string) {
+// announce, when not nil, reports dir's own create once dir is watched
+// and before what is in it: a client that acts on that report (writes a
+// file into the new directory) then has its act seen as it happens, not
+// folded into the scan's create.
+func (m *Manager) grow(parent *node, dir string, announce func()) {
+	once := func() {
+		if announce != nil {
+			announce()
+			announce = nil
+		}
+	}
+	defer once()
 	ws := parent.recursive()
 	if len(ws) == 0 {
 		return
+	}
+	if m.beforeGrow != nil {
+		m.beforeGrow(dir)
 	}
 	for stack := []string{dir}; len(stack) > 0; {
 		p := stack[len(stack)-1]
@@ -169,12 +183,14 @@ func (m *Manager) grow(parent *node, dir string) {
 			if isGone(err) {
 				continue // already removed; its Remove event is queued
 			}
+			once()
 			m.fail(ws, p, err)
 			return
 		}
 		for _, w := range ws {
 			m.join(n, w)
 		}
+		once()
 		if len(entries) > 0 {
 			m.log.Debug("new directory already has entries", zap.String("path", p), zap.Int("entries", len(entries)))
 		}
