@@ -61,6 +61,8 @@ type config struct {
 	retention stream.Limits
 	// maxKernels bounds the Jupyter kernels running at once.
 	maxKernels int
+	// kernelStart bounds a kernel start.
+	kernelStart time.Duration
 	// origins are the web pages that may call the agent from a browser.
 	origins surface.Origins
 	// reseed makes every resume re-key the kernel CRNG and reseed the
@@ -134,6 +136,8 @@ func parseServe(args []string) (config, error) {
 	fs.BoolVar(&c.detectVMClock, "detect-vmclock", envBool("RAYITO_DETECT_VMCLOCK", true), "detect resumes from /dev/vmclock0's generation counter (env RAYITO_DETECT_VMCLOCK)")
 	checkDefault := envOr("RAYITO_KERNEL_CHECK_TIMEOUT", resume.DefaultKernelCheck.String())
 	fs.StringVar(&checkDefault, "kernel-check-timeout", checkDefault, "how long a resume waits for a kernel to answer before reporting it lost; raise it under software emulation (env RAYITO_KERNEL_CHECK_TIMEOUT)")
+	startDefault := envOr("RAYITO_KERNEL_START_TIMEOUT", jupyter.DefaultStartTimeout.String())
+	fs.StringVar(&startDefault, "kernel-start-timeout", startDefault, "how long a kernel may take to start before the start fails; raise it under software emulation on a busy host (env RAYITO_KERNEL_START_TIMEOUT)")
 	fs.StringVar(&c.codeInterpListen, "code-interpreter-listen", envOr("RAYITO_CODE_INTERPRETER_LISTEN", ""), "also serve the code-interpreter API (/execute, /contexts) on this address, such as 127.0.0.1:49999; off by default (env RAYITO_CODE_INTERPRETER_LISTEN)")
 	fs.BoolVar(&c.detectClock, "detect-clock-jump", envBool("RAYITO_DETECT_CLOCK_JUMP", true), "detect resumes from a jump between the RTC and the system clock (env RAYITO_DETECT_CLOCK_JUMP)")
 	fs.StringVar(&c.setClock, "set-clock", envOr("RAYITO_SET_CLOCK", "auto"), "set the wall clock from the host's time_unix_ns: true, false, or auto (only in a sandbox VM image) (env RAYITO_SET_CLOCK)")
@@ -190,6 +194,10 @@ func parseServe(args []string) (config, error) {
 		return c, fmt.Errorf("--kernel-check-timeout must be a duration from 10ms to 5m, such as 1s or 8s, got %q", checkDefault)
 	}
 	c.kernelCheck = d
+	if d, err = time.ParseDuration(startDefault); err != nil || d < 10*time.Second || d > time.Hour {
+		return c, fmt.Errorf("--kernel-start-timeout must be a duration from 10s to 1h, such as 2m or 10m, got %q", startDefault)
+	}
+	c.kernelStart = d
 	if c.setClock != "auto" && c.setClock != "true" && c.setClock != "false" {
 		return c, fmt.Errorf("--set-clock must be true, false or auto, got %q", c.setClock)
 	}
@@ -371,7 +379,7 @@ func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
 	m.ptys = ptymux.NewManager(m.streams, m.reaper, m.defaults, log.Named("pty"))
 	m.watches = watch.NewManagerWith(m.streams, watch.ManagerOptions{Logger: log.Named("watch"), IsTemp: files.IsTemp})
 	m.kernels = jupyter.NewManager(jupyter.Options{
-		Registry: m.streams, Reaper: m.reaper, Defaults: m.defaults, Logger: log, Reseed: cfg.reseed, MaxKernels: cfg.maxKernels,
+		Registry: m.streams, Reaper: m.reaper, Defaults: m.defaults, Logger: log, Reseed: cfg.reseed, MaxKernels: cfg.maxKernels, StartTimeout: cfg.kernelStart,
 		OnChange: func() {
 			if m.resumer != nil {
 				m.resumer.KernelsChanged()

@@ -44,6 +44,17 @@ func TestParseServe(t *testing.T) {
 	if err != nil || c.kernelCheck != 250*time.Millisecond || c.maxHold != 24*time.Hour {
 		t.Fatalf("the flag wins over the environment: %+v, %v", c, err)
 	}
+	if c.maxKernels != 8 || c.kernelStart != 2*time.Minute {
+		t.Fatalf("kernel defaults: %d kernels, %v to start", c.maxKernels, c.kernelStart)
+	}
+	t.Setenv("RAYITO_MAX_KERNELS", "3")
+	t.Setenv("RAYITO_KERNEL_START_TIMEOUT", "5m")
+	if c, err = parseServe(nil); err != nil || c.maxKernels != 3 || c.kernelStart != 5*time.Minute {
+		t.Fatalf("kernel bounds from the environment: %+v, %v", c, err)
+	}
+	if c, err = parseServe([]string{"--max-kernels", "20", "--kernel-start-timeout", "30s"}); err != nil || c.maxKernels != 20 || c.kernelStart != 30*time.Second {
+		t.Fatalf("kernel bounds from flags: %+v, %v", c, err)
+	}
 
 	for _, bad := range [][]string{
 		{"--kernel-check-timeout", "soon"},
@@ -63,6 +74,12 @@ func TestParseServe(t *testing.T) {
 		{"--retention-budget", "99999999999GiB"},
 		{"--keep-ended", "0"},
 		{"--keep-ended", "many"},
+		{"--max-kernels", "0"},
+		{"--max-kernels", "1025"},
+		{"--max-kernels", "few"},
+		{"--kernel-start-timeout", "5s"},
+		{"--kernel-start-timeout", "2h"},
+		{"--kernel-start-timeout", "120"},
 		{"extra"},
 	} {
 		_, err := parseServe(bad)

@@ -20,10 +20,11 @@ import (
 )
 
 const (
-	// startTimeout bounds a kernel start when the caller's context does
-	// not; IPython imports take seconds on a loaded two-core VM, and up
-	// to a minute under software emulation (TCG) on a busy host.
-	startTimeout = 2 * time.Minute
+	// DefaultStartTimeout bounds a kernel start when the caller's context
+	// does not (--kernel-start-timeout); IPython imports take seconds on
+	// a loaded two-core VM, and up to two minutes under software
+	// emulation (TCG) on a busy host.
+	DefaultStartTimeout = 2 * time.Minute
 	// nudgeEvery paces the kernel_info requests sent while waiting for the
 	// first iopub message, which proves our subscription is live.
 	nudgeEvery = 100 * time.Millisecond
@@ -137,7 +138,7 @@ func (m *Manager) startInstance(ctx context.Context, ls launchSpec) (*instance, 
 	inst.conn = conn
 	close(inst.dialed)
 	if err == nil {
-		err = inst.waitReady(ctx)
+		err = inst.waitReady(ctx, m.startTimeout)
 	}
 	if !giveUp() && err == nil {
 		err = ctx.Err()
@@ -171,8 +172,8 @@ func (m *Manager) fork(res proc.Resolved) (int, <-chan proc.Status, *os.File, er
 	return pid, exitCh, r, nil
 }
 
-func (inst *instance) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+func (inst *instance) waitReady(ctx context.Context, bound time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()

@@ -39,6 +39,8 @@ type Options struct {
 	// beyond it is refused with limit. 0: no bound (the agent's flag
 	// --max-kernels defaults to DefaultMaxKernels).
 	MaxKernels int
+	// StartTimeout bounds a kernel start (0: DefaultStartTimeout).
+	StartTimeout time.Duration
 }
 
 // DefaultMaxKernels is the agent's kernel bound unless --max-kernels
@@ -64,6 +66,8 @@ type Manager struct {
 	dirs     []string
 	onChange func()
 	max      int // MaxKernels
+	// startTimeout bounds a start: StartTimeout or DefaultStartTimeout.
+	startTimeout time.Duration
 	// newConnInfo picks a kernel's ports and key; tests make it hand out
 	// a port that is taken.
 	newConnInfo func(kernelName string) (connInfo, error)
@@ -95,6 +99,10 @@ func NewManager(o Options) *Manager {
 	}
 	if m.log == nil {
 		m.log = zap.NewNop()
+	}
+	m.startTimeout = o.StartTimeout
+	if m.startTimeout <= 0 {
+		m.startTimeout = DefaultStartTimeout
 	}
 	m.log = m.log.Named("jupyter")
 	if m.dirs == nil {
@@ -337,7 +345,7 @@ func (m *Manager) Restart(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	return runToEnd(ctx, restartBound, func(ctx context.Context) error { return k.restart(ctx) },
+	return runToEnd(ctx, m.restartBound(), func(ctx context.Context) error { return k.restart(ctx) },
 		"kernel %s is still restarting", id)
 }
 
@@ -356,7 +364,9 @@ func (m *Manager) Shutdown(ctx context.Context, id string) error {
 
 // restartBound bounds a restart: stopping the old process, then starting
 // a new one.
-const restartBound = stopPolite + stopTerm + stopKill + startTimeout
+func (m *Manager) restartBound() time.Duration {
+	return stopPolite + stopTerm + stopKill + m.startTimeout
+}
 
 // runToEnd runs op with a context of its own, bounded by bound and not
 // cancelled with ctx, and waits for it, or for ctx: then it returns

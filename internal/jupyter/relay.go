@@ -71,7 +71,7 @@ func (r *Relay) SendMsg(ctx context.Context, in Msg) error {
 	if ch != chShell && ch != chControl && ch != chStdin {
 		return wire.Errorf(wire.CodeBadRequest, "jupyter message: channel must be shell, control or stdin, not %q", in.Channel)
 	}
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.k.m.startTimeout)
 	inst, err := r.k.currentWait(ctx)
 	cancel()
 	if err != nil {
