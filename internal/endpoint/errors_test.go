@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,10 +78,35 @@ func TestOpErrors(t *testing.T) {
 		{"jupyter_send unknown", map[string]any{"op": "jupyter_send", "stream": 999999, "msg": map[string]any{}}, "not_found"},
 		{"jupyter_send to a process", map[string]any{"op": "jupyter_send", "stream": running, "msg": map[string]any{}}, "bad_request"},
 	}
+	// Every op's parameters, missing or out of range, in one style.
+	for _, e := range a.srv.opTable() {
+		if e.name == "ack" || e.name == "pty" || e.name == "kernel_start" {
+			continue // ack answers with error events; the others start something with nothing
+		}
+		cases = append(cases,
+			struct {
+				name string
+				req  map[string]any
+				code string
+			}{e.name + " with nothing", map[string]any{"op": e.name}, ""},
+			struct {
+				name string
+				req  map[string]any
+				code string
+			}{e.name + " with a huge stream", map[string]any{"op": e.name, "stream": 1e20}, "bad_request"})
+	}
 	for _, c := range cases {
 		resp := rc.call(c.req)
-		if got := errorCode(resp); got != c.code {
+		got := errorCode(resp)
+		if c.code != "" && got != c.code {
 			t.Errorf("%s: got %v, want error %s", c.name, resp, c.code)
+		}
+		// A bad_request names its op first, in one style for all.
+		if op, _ := c.req["op"].(string); got == "bad_request" && op != "frobnicate" {
+			msg := fmt.Sprint(resp["error"].(map[string]any)["message"])
+			if !strings.HasPrefix(msg, op+": ") && !strings.HasPrefix(msg, op+" ") {
+				t.Errorf("%s: message %q does not start with the op", c.name, msg)
+			}
 		}
 	}
 	// Still serving.

@@ -3,6 +3,7 @@ package endpoint
 import (
 	"context"
 	"encoding/json"
+	"strings"
 
 	"github.com/rayito/rayito-agent/internal/wire"
 )
@@ -120,7 +121,7 @@ func (ss *Session) handleControl(msg []byte) (handedOff bool) {
 	if req.Op == "ack" {
 		// ack has no response; its errors come back as error events.
 		if _, err := o.fn(&call{ss: ss, req: req}); err != nil {
-			ss.sendError(wire.AsError(err), ackedStream(req))
+			ss.sendError(opError(req.Op, err), ackedStream(req))
 		}
 		return
 	}
@@ -172,7 +173,7 @@ func (ss *Session) orderedLoop() {
 func (ss *Session) respond(c *call, o op) {
 	result, err := o.fn(c)
 	if err != nil {
-		ss.sendControl(wire.ErrorResponse(c.req.ID, wire.AsError(err)))
+		ss.sendControl(wire.ErrorResponse(c.req.ID, opError(c.req.Op, err)))
 		return
 	}
 	b, err := wire.Response(c.req.ID, result)
@@ -184,6 +185,18 @@ func (ss *Session) respond(c *call, o op) {
 	if c.after != nil {
 		c.after()
 	}
+}
+
+// opError is err as op answers it. A bad_request names the op first, in
+// one style for every op ("exec: cmd is empty", "hold: ttl_ms must be
+// ..."), so a client that logs errors of many requests sees which one
+// was wrong; a message that already starts with the op is kept.
+func opError(op string, err error) *wire.Error {
+	e := wire.AsError(err)
+	if e.Code != wire.CodeBadRequest || strings.HasPrefix(e.Message, op+":") || strings.HasPrefix(e.Message, op+" ") {
+		return e
+	}
+	return &wire.Error{Code: e.Code, Message: op + ": " + e.Message}
 }
 
 // fail answers a request that could not be dispatched.

@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // rawGet sends a keep-alive GET on c and reads the answer.
@@ -487,4 +488,32 @@ func TestUnreadRequestNotEvicted(t *testing.T) {
 			t.Errorf("connection %d of %d with an unread request: evicted %v, want only the one after the %d oldest skipped", i, n, c.closed.Load(), maxUnreadSkips)
 		}
 	}
+}
+
+// TestHTTPLogLinesAreJSON: net/http's own log lines (here a handler's
+// superfluous WriteHeader) go through the agent's logger, at warn under
+// "http", not to stderr as plain text.
+func TestHTTPLogLinesAreJSON(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zap.WarnLevel)
+	addr := serve(t, func(o *Options) { o.Logger = zap.New(core) }, func(srv *Server) {
+		srv.Mount(Surface{Name: "twice", Routes: []Route{{Pattern: "/twice", Access: Public,
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusNoContent)
+				w.WriteHeader(http.StatusTeapot)
+			})}}})
+	})
+	resp, err := http.Get("http://" + addr + "/twice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	waitFor(t, func() bool {
+		for _, e := range logs.All() {
+			if e.LoggerName == "http" && strings.Contains(e.Message, "superfluous") {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -17,6 +17,11 @@ func DescribeJSON(err error) string {
 		if te.Field != "" {
 			what = te.Field
 		}
+		if n, ok := strings.CutPrefix(te.Value, "number "); ok && isInteger(te.Type) && wholeLiteral(n) && (n[0] != '-' || jsonKind(te.Type) == "a whole number") {
+			// A whole number the field cannot hold: its kind is right,
+			// its size is not.
+			return what + " is out of range: " + n
+		}
 		return what + " must be " + jsonKind(te.Type) + ", not " + article(te.Value)
 	}
 	msg := err.Error()
@@ -60,4 +65,24 @@ func article(v string) string {
 		return "an " + v
 	}
 	return "a " + v
+}
+
+// isInteger reports whether t (behind pointers) is an integer type.
+func isInteger(t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+// wholeLiteral reports whether a JSON number literal is written as a
+// whole number (no fraction, no exponent).
+func wholeLiteral(n string) bool {
+	n = strings.TrimPrefix(n, "-")
+	return n != "" && strings.Trim(n, "0123456789") == ""
 }

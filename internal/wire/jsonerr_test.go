@@ -25,6 +25,12 @@ func TestParamsErrorsInClientTerms(t *testing.T) {
 		`{"id":1,"op":"exec","stdin":1}`:        "exec: bad parameters: stdin must be true or false, not a number",
 		`{"id":1,"op":"exec","window":-1}`:      "exec: bad parameters: window must be a whole number from 0, not a number -1",
 		`{"id":1,"op":"exec","bogus":1}`:        `exec: bad parameters: unknown field "bogus"`,
+		// Whole numbers the field cannot hold are out of range, not of
+		// the wrong kind.
+		`{"id":1,"op":"exec","timeout_ms":99999999999999999999}`:  "exec: bad parameters: timeout_ms is out of range: 99999999999999999999",
+		`{"id":1,"op":"exec","timeout_ms":-99999999999999999999}`: "exec: bad parameters: timeout_ms is out of range: -99999999999999999999",
+		`{"id":1,"op":"exec","window":18446744073709551616}`:      "exec: bad parameters: window is out of range: 18446744073709551616",
+		`{"id":1,"op":"exec","timeout_ms":1e30}`:                  "exec: bad parameters: timeout_ms must be a whole number, not a number 1e30",
 	} {
 		r, err := DecodeRequest([]byte(frame))
 		if err != nil {
