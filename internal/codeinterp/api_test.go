@@ -341,3 +341,47 @@ func TestResumeKeepsExecutionStartedUnderItsGeneration(t *testing.T) {
 		t.Fatalf("the /execute begun under the resume's generation gave %q, want its own end", got)
 	}
 }
+
+// TestClientGoneAtAResume: a client whose connection closes just before
+// the agent notices a resume (the host closed it while the VM was
+// paused) cancels nothing: the cell runs on, as every cell a resume cuts
+// does.
+func TestClientGoneAtAResume(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t)
+	gate := filepath.Join(t.TempDir(), "gate")
+	code := "import os, time\nprint('before', flush=True)\nwhile not os.path.exists(" + pyString(gate) + "): time.sleep(0.02)\nprint('after')"
+	body, _ := json.Marshal(map[string]string{"code": code})
+	req, _ := http.NewRequest("POST", a.url+"/execute", strings.NewReader(string(body)))
+	req.Header.Set("X-Access-Token", testToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc := bufio.NewScanner(res.Body); !sc.Scan() || !strings.Contains(sc.Text(), "before") {
+		t.Fatalf("first line %q", sc.Text())
+	}
+	res.Body.Close() // the client is gone, and the agent sees it...
+	for a.cuts.Len() != 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a.resume(ctx) // ...before the resume shows itself
+	time.Sleep(3 * codeinterp.GoneSettle)
+	cells := a.streams.List(stream.KindCell)
+	if len(cells) != 1 || cells[0].Ended() != nil {
+		t.Fatalf("the cell after its client went away at a resume: %d cells, ended %+v", len(cells), cells[0].Ended())
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-cells[0].Done():
+	case <-ctx.Done():
+		t.Fatal("the cell did not end once its gate opened")
+	}
+	if end := cells[0].Ended(); end.Status != "ok" {
+		t.Fatalf("the cell ended %+v", end)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -25,7 +26,16 @@ type execution struct {
 	att    *stream.Attachment
 	kernel string
 	stream uint64
+	cut    atomic.Bool // a resume cut the response
 }
+
+// goneSettle is how long a cell whose client went away waits before it
+// is cancelled. A resume can reach the agent's sockets (the host side of
+// the connection closed while the VM was paused) a moment before the
+// agent has noticed the resume itself; a cell must then keep running, as
+// every cell cut by a resume does, so the cancel waits for the resume's
+// generation to show.
+const goneSettle = time.Second
 
 type executeRequest struct {
 	Code      *string           `json:"code"`
@@ -50,9 +60,12 @@ func readJSON(w http.ResponseWriter, r *http.Request, dst any) bool {
 	return false
 }
 
-// execute runs code on a context and streams its output as NDJSON. The
-// cell runs on whatever the client does: closing the response early
-// leaves it running, its output readable as a cell stream.
+// execute runs code on a context and streams its output as NDJSON. A
+// client that goes away before the cell ends (an SDK call that timed out
+// and aborted) cancels its cell, as E2B's server does, so the next cell
+// on the context does not queue behind it: a queued cell never runs, a
+// running one has its kernel interrupted. A resume's cut cancels nothing:
+// the cell runs on, its output readable as a cell stream.
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	var req executeRequest
 	if !readJSON(w, r, &req) {
@@ -92,7 +105,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ex := &execution{att: att, kernel: kernel, stream: st.ID}
-	_, untrack := s.o.Cuts.Track(ex)
+	gen, untrack := s.o.Cuts.Track(ex)
 	defer func() {
 		untrack()
 		att.Close()
@@ -102,6 +115,21 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	if err := s.pump(r.Context(), &lineWriter{w: w, rc: http.NewResponseController(w)}, ex); err != nil {
 		s.log.Debug("execute response ended early", zap.String("kernel", kernel), zap.Uint64("stream", st.ID), zap.Error(err))
+		if r.Context().Err() != nil && !ex.cut.Load() {
+			go s.abandoned(ex, gen)
+		}
+	}
+}
+
+// abandoned cancels the cell of a response whose client went away,
+// unless a resume turns out to be why (goneSettle).
+func (s *Server) abandoned(ex *execution, gen uint64) {
+	time.Sleep(goneSettle)
+	if ex.cut.Load() || s.o.Cuts.Generation() != gen {
+		return
+	}
+	if err := s.o.Kernels.CancelCell(ex.stream, "its client went away"); err != nil {
+		s.log.Debug("cancel an abandoned cell", zap.Uint64("stream", ex.stream), zap.Error(err))
 	}
 }
 
@@ -205,6 +233,7 @@ func endLines(e stream.End, errored bool) []any {
 // error line that names the resume; the cell keeps running on its kernel
 // and its output stays readable through the native protocol.
 func (ex *execution) Cut(_ context.Context, gen uint64) {
+	ex.cut.Store(true)
 	ex.att.Cut(stream.End{Reason: stream.ReasonResume, Message: fmt.Sprintf(
 		"the sandbox was resumed (resume generation %d) while this cell ran; the cell keeps running on context %s, and its output is readable as cell stream %d of the agent's native protocol",
 		gen, ex.kernel, ex.stream)})

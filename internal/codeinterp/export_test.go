@@ -8,3 +8,7 @@ func SetKeepalive(d time.Duration) (restore func()) {
 	keepaliveEvery = d
 	return func() { keepaliveEvery = old }
 }
+
+// GoneSettle is how long a cell whose client went away waits before it
+// is cancelled.
+const GoneSettle = goneSettle

@@ -47,6 +47,7 @@ type agent struct {
 	api     *codeinterp.Server
 	traffic *traffic.Counter
 	resumer *resume.Manager
+	cuts    *surface.Cuts
 	// beforeCut, if set, runs in a resume between the publication of
 	// the new generation and the cut.
 	beforeCut func()
@@ -68,7 +69,7 @@ func newAgent(t testing.TB) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.resumer = resumer
+	a.resumer, a.cuts = resumer, cuts
 	api := codeinterp.New(codeinterp.Options{Kernels: kernels, Cuts: cuts})
 	kit := surface.New(surface.Options{Auth: surface.NewAuth(testToken), Traffic: counter})
 	kit.Mount(endpoint.New(endpoint.Config{Streams: streams, Traffic: counter, Kernels: kernels, Cuts: cuts}).Surface())

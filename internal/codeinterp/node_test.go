@@ -16,7 +16,7 @@ func TestE2BCodeInterpreter(t *testing.T) {
 	nodetest.Require(t, "nodetest", "@e2b/code-interpreter")
 	a := newAgent(t)
 	env := []string{"RAYITO_URL=" + a.url, "RAYITO_TOKEN=" + testToken, "RAYITO_CWD=" + t.TempDir()}
-	for _, c := range []string{"state", "streams", "errors", "rich", "env", "contexts"} {
+	for _, c := range []string{"state", "streams", "errors", "rich", "env", "contexts", "abandoned"} {
 		t.Run(c, func(t *testing.T) {
 			nodetest.Run(t, reaper, "nodetest", "codeinterp_test.js", env, c)
 		})

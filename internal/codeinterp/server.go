@@ -34,6 +34,7 @@ type Kernels interface {
 	ExecuteWith(ctx context.Context, kernelID, code string, o jupyter.ExecuteOptions) (*stream.Stream, string, error)
 	Restart(ctx context.Context, id string) error
 	Shutdown(ctx context.Context, id string) error
+	CancelCell(streamID uint64, why string) error
 }
 
 // Options configure a Server.

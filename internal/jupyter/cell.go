@@ -44,12 +44,16 @@ type cell struct {
 	timedOut time.Duration
 	input    *message // the input_request waiting for a reply
 	ended    bool
+	// cancelled is closed by cancel once the cell has started: its runner
+	// then interrupts the kernel as for a timeout, for cancelWhy.
+	cancelled chan struct{}
+	cancelWhy string
 }
 
 // newCellStream registers the cell's stream. The cell is the stream's
 // Control, which is how Manager.InputReply finds it from a stream id.
 func newCellStream(reg *stream.Registry, code string, timeout time.Duration, allowStdin bool) *cell {
-	c := &cell{code: code, timeout: timeout, allowStdin: allowStdin, finished: make(chan struct{})}
+	c := &cell{code: code, timeout: timeout, allowStdin: allowStdin, finished: make(chan struct{}), cancelled: make(chan struct{})}
 	c.s = reg.Create(stream.Config{
 		Kind:     stream.KindCell,
 		Channels: []stream.ChannelSpec{{Name: EventsChannel, Unit: stream.Events, Policy: stream.Drop}},
@@ -186,6 +190,24 @@ func (c *cell) markTimedOut() bool {
 	defer c.mu.Unlock()
 	c.timedOut = c.timeout
 	return !c.ended
+}
+
+// cancel stops the cell for why: a queued cell ends at once, aborted,
+// and never reaches the kernel; a running one is interrupted by its
+// runner (runCell). It reports whether the cell was still to stop.
+func (c *cell) cancel(why string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.ended || c.cancelWhy != "":
+		return false
+	case !c.started:
+		c.endLocked(doneEnd(StatusAborted, nil, "cancelled before it ran: "+why))
+	default:
+		c.cancelWhy = why
+		close(c.cancelled)
+	}
+	return true
 }
 
 func (c *cell) hasStarted() bool {

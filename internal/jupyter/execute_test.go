@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/wire"
 )
 
 func TestExecuteKeepsState(t *testing.T) {
@@ -254,4 +257,49 @@ func TestBadRequests(t *testing.T) {
 	}
 	_, _, err = empty.Execute(ctx, "", "1", 0, false)
 	wantCode(t, err, "unavailable")
+}
+
+// TestCancelCell: a cancelled cell that runs has its kernel interrupted
+// and ends; a cancelled cell still queued never runs; the cell after
+// them runs at once, on a kernel that kept its state.
+func TestCancelCell(t *testing.T) {
+	t.Parallel()
+	k := startKernel(t)
+	run(t, k.ID(), "kept = 'state'")
+	slow, _ := execute(t, k.ID(), "import time\nprint('sleeping', flush=True)\ntime.sleep(300)\nafter_sleep = 1", 0, false)
+	queued, _ := execute(t, k.ID(), "queued_ran = 1", 0, false)
+	r := attach(t, slow, 0)
+	r.untilStdout("sleeping\n")
+	if err := env.mgr.CancelCell(queued.ID, "its client went away"); err != nil {
+		t.Fatal(err)
+	}
+	evs, end := attach(t, queued, 0).all()
+	wantStatus(t, end, StatusAborted)
+	if !strings.Contains(end.Message, "cancelled before it ran: its client went away") || len(evs) != 0 {
+		t.Fatalf("the queued cell: %+v, %+v", evs, end)
+	}
+	if err := env.mgr.CancelCell(slow.ID, "its client went away"); err != nil {
+		t.Fatal(err)
+	}
+	evs, end = r.all()
+	if end.Reason != stream.ReasonDone || end.Status == StatusOK {
+		t.Fatalf("the running cell after its cancel: %+v", end)
+	}
+	var text strings.Builder
+	for _, e := range evs {
+		text.WriteString(e.Text)
+	}
+	if !strings.Contains(text.String(), "cancelled: its client went away; interrupting the kernel") {
+		t.Fatalf("no note of the cancel: %+v", evs)
+	}
+	evs, end = run(t, k.ID(), "(kept, 'after_sleep' in globals(), 'queued_ran' in globals())")
+	wantStatus(t, end, StatusOK)
+	if res, _ := find(evs, "result"); res.text("text/plain") != "('state', False, False)" {
+		t.Fatalf("after the cancels: %+v", evs)
+	}
+	// A cell that ended is left as it is; a stream that is no cell is refused.
+	if err := env.mgr.CancelCell(slow.ID, "again"); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, env.mgr.CancelCell(1<<60, "x"), wire.CodeNotFound)
 }

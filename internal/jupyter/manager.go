@@ -316,6 +316,23 @@ func (m *Manager) InputReply(streamID uint64, value string) error {
 	return c.reply(value)
 }
 
+// CancelCell stops cell stream streamID for why (its client went away):
+// a queued cell ends aborted without running; a running one has its
+// kernel interrupted, as a timeout does. A cell that already ended is
+// left as it is.
+func (m *Manager) CancelCell(streamID uint64, why string) error {
+	s := m.reg.Get(streamID)
+	if s == nil {
+		return wire.Errorf(wire.CodeNotFound, "no stream %d", streamID)
+	}
+	c, ok := s.Control.(*cell)
+	if !ok {
+		return wire.Errorf(wire.CodeBadRequest, "stream %d is a %s stream, not a cell", streamID, s.Kind)
+	}
+	c.cancel(why)
+	return nil
+}
+
 // Interrupt interrupts the kernel's running cell: interrupt_request on
 // control if the kernelspec asks for messages, else SIGINT to the
 // kernel's process group.

@@ -74,8 +74,8 @@ func (k *Kernel) next() (*cell, *instance) {
 }
 
 // runCell sends the cell and waits for it to finish, enforcing its
-// timeout: an interrupt first, then after timeoutGrace the cell is ended
-// whatever the kernel does.
+// timeout and its cancel: an interrupt first, then after timeoutGrace the
+// cell is ended whatever the kernel does.
 func (k *Kernel) runCell(inst *instance, c *cell) {
 	if len(c.env) > 0 {
 		if err := k.setCellEnv(inst, c.env); err != nil {
@@ -85,28 +85,35 @@ func (k *Kernel) runCell(inst *instance, c *cell) {
 		defer k.restoreCellEnv(inst)
 	}
 	c.start(inst)
-	if c.timeout <= 0 {
-		<-c.finished
-		return
+	var timeout <-chan time.Time
+	if c.timeout > 0 {
+		t := time.NewTimer(c.timeout)
+		defer t.Stop()
+		timeout = t.C
 	}
-	t := time.NewTimer(c.timeout)
-	defer t.Stop()
+	var why string
 	select {
 	case <-c.finished:
 		return
-	case <-t.C:
+	case <-timeout:
+		if !c.markTimedOut() {
+			return
+		}
+		why = timeoutMessage(c.timeout)
+	case <-c.cancelled:
+		c.mu.Lock()
+		why = "cancelled: " + c.cancelWhy
+		c.mu.Unlock()
 	}
-	if !c.markTimedOut() {
-		return
-	}
-	c.note(fmt.Sprintf("cell %s; interrupting the kernel\n", timeoutMessage(c.timeout)))
+	c.note(fmt.Sprintf("cell %s; interrupting the kernel\n", why))
 	if err := inst.interrupt(); err != nil {
 		k.log.Warn("interrupt failed", zap.Error(err))
 	}
-	t.Reset(timeoutGrace)
+	t := time.NewTimer(timeoutGrace)
+	defer t.Stop()
 	select {
 	case <-c.finished:
 	case <-t.C:
-		c.finish(doneEnd(StatusAborted, nil, timeoutMessage(c.timeout)+"; the kernel did not stop it"))
+		c.finish(doneEnd(StatusAborted, nil, why+"; the kernel did not stop it"))
 	}
 }

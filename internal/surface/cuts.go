@@ -61,6 +61,13 @@ func (cs *Cuts) Track(c Cuttable) (gen uint64, untrack func()) {
 	}
 }
 
+// Generation is the current resume generation.
+func (cs *Cuts) Generation() uint64 {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.gen()
+}
+
 // Len is how many entries are registered.
 func (cs *Cuts) Len() int {
 	cs.mu.Lock()

@@ -91,6 +91,22 @@ const cases = {
     assert.equal(ex.text, 'gone');
   },
 
+  // A runCode whose timeout aborts it on the client's side cancels its
+  // cell, as E2B's server does: the next runCode on the context answers
+  // instead of queueing behind a five-minute sleep, and the state the
+  // sleep never reached is not there.
+  async abandoned(sbx) {
+    const ctx = await sbx.createCodeContext({ language: 'python' });
+    await sbx.runCode('before = 1', { context: ctx });
+    await assert.rejects(
+      sbx.runCode('import time\ntime.sleep(300)\nafter = 1', { context: ctx, timeoutMs: 3000 }),
+      err => /timeout|timed out|abort/i.test(`${err.name} ${err.message}`));
+    const ex = await sbx.runCode("('before' in globals(), 'after' in globals(), 1 + 1)", { context: ctx, timeoutMs: 60000 });
+    assert.equal(ex.error, undefined);
+    assert.equal(ex.text, '(True, False, 2)');
+    await sbx.removeCodeContext(ctx.id);
+  },
+
   async contexts(sbx) {
     const dir = process.env.RAYITO_CWD;
     const ctx = await sbx.createCodeContext({ cwd: dir, language: 'python' });
