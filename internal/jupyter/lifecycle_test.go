@@ -320,12 +320,15 @@ func TestBusyKernelStopsPolitely(t *testing.T) {
 	}
 	for _, op := range []string{"restart", "shutdown"} {
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		_, _, err := m.Execute(ctx, k.ID(), "while True: pass", 0, false)
+		s, _, err := m.Execute(ctx, k.ID(), "print('looping', flush=True)\nwhile True: pass", 0, false)
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitStateOn(t, m, k.ID(), StateBusy)
+		// In the loop, not only busy: an interrupt that lands while the
+		// kernel prepares the cell (busy already) can be spent before the
+		// loop starts, which then runs on through the polite wait.
+		attach(t, s, 0).untilStdout("looping\n")
 		k.mu.Lock()
 		inst := k.inst
 		k.mu.Unlock()
