@@ -91,7 +91,8 @@ func TestHelpAndVersion(t *testing.T) {
 }
 
 // TestBusyPort: a port in use stops the agent with one plain line that
-// names the address, and exit code 1.
+// names the address and how to pick another (make's LISTEN under make),
+// and exit code 1.
 func TestBusyPort(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -100,10 +101,12 @@ func TestBusyPort(t *testing.T) {
 	}
 	defer l.Close()
 	addr := l.Addr().String()
-	code, _, errOut := rayitoAgent(t, []string{"RAYITO_ACCESS_TOKEN=x"}, "serve", "--listen", addr, "--state-dir", t.TempDir())
-	want := "rayito-agent: " + addr + " is already in use"
-	if code != 1 || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, want) {
-		t.Fatalf("exit %d, stderr %q; want exit 1 and one line starting %q", code, errOut, want)
+	for makelevel, hint := range map[string]string{"": "--listen or RAYITO_LISTEN", "1": "make run LISTEN=127.0.0.1:PORT"} {
+		code, _, errOut := rayitoAgent(t, []string{"RAYITO_ACCESS_TOKEN=x", "MAKELEVEL=" + makelevel}, "serve", "--listen", addr, "--state-dir", t.TempDir())
+		want := "rayito-agent: " + addr + " is already in use"
+		if code != 1 || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, want) || !strings.Contains(errOut, hint) {
+			t.Fatalf("MAKELEVEL=%q: exit %d, stderr %q; want exit 1 and one line starting %q naming %q", makelevel, code, errOut, want, hint)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,6 +47,7 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 0, "kill the command's process group after this long (e.g. 30s)")
 	fwdStdin := fs.Bool("stdin", false, "forward our stdin to the command")
 	keepAwake := fs.Bool("keep-awake", false, "keep the sandbox awake while the command runs, even if it prints nothing")
+	detach := fs.Bool("detach", false, "start the command, print its stream and pid, and return; it runs on (attach follows it)")
 	env := envList{}
 	fs.Var(env, "env", "K=V environment variable for the command (repeatable)")
 	if code, done := parseFlags(fs, args); done {
@@ -60,12 +62,21 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitClientError
 	}
 
+	if *detach && *fwdStdin {
+		fmt.Fprintln(stderr, "rayito-agent exec: --detach and --stdin do not go together: a detached command has nobody to read our stdin")
+		return 2
+	}
 	ctx := context.Background()
 	c, err := dialAgent(*url)
 	if err != nil {
 		return fail(err)
 	}
 	defer c.Close()
+	if *detach {
+		return execDetached(ctx, c, client.ExecOptions{
+			Argv: fs.Args(), Env: env, Cwd: *cwd, User: *user, Tag: *tag, Timeout: *timeout, KeepAwake: *keepAwake,
+		}, stdout, stderr, fail)
+	}
 	p, err := c.Exec(ctx, client.ExecOptions{
 		Argv: fs.Args(), Env: env, Cwd: *cwd, User: *user, Tag: *tag, Timeout: *timeout, Stdin: *fwdStdin, KeepAwake: *keepAwake,
 		OnStdout: func(b []byte) { stdout.Write(b) },
@@ -102,6 +113,28 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	return st.ExitCode()
+}
+
+// execDetached starts the command, prints "stream S pid P [tag T]" and
+// how to follow it, and detaches: the command runs on, its output kept by
+// the agent for whoever attaches.
+func execDetached(ctx context.Context, c *client.Client, o client.ExecOptions, stdout, stderr io.Writer, fail func(error) int) int {
+	p, err := c.Exec(ctx, o)
+	if err != nil {
+		return fail(err)
+	}
+	line := fmt.Sprintf("stream %d pid %d", p.Stream(), p.Pid())
+	follow := strconv.FormatUint(p.Stream(), 10)
+	if o.Tag != "" {
+		line += " tag " + o.Tag
+		follow = "--tag " + o.Tag
+	}
+	fmt.Fprintln(stdout, line)
+	fmt.Fprintf(stderr, "follow it with: rayito-agent attach %s\n", follow)
+	if err := p.Detach(ctx); err != nil {
+		return fail(err)
+	}
+	return 0
 }
 
 func forwardedSignal(s os.Signal) client.Signal {

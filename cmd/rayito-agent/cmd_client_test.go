@@ -2,15 +2,20 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -166,5 +171,44 @@ func TestHealthCommand(t *testing.T) {
 	}
 	if code := runHealth([]string{"--url", "ws://127.0.0.1:1"}, &out, &errb); code != 1 {
 		t.Fatalf("health of nothing: exit %d", code)
+	}
+}
+
+// TestExecDetach: exec --detach prints the command's stream and pid and
+// returns while the command runs; attach then follows it to its end,
+// with all its output. -h says what Ctrl-C and a closed terminal do.
+func TestExecDetach(t *testing.T) {
+	url := startAgent(t, "cli-token")
+	t.Setenv("RAYITO_ACCESS_TOKEN", "cli-token")
+	gate := filepath.Join(t.TempDir(), "gate")
+	var out, errb bytes.Buffer
+	code := runExec([]string{"--url", url, "--detach", "--tag", "bg", "--", "sh", "-c", "echo started; while [ ! -e " + gate + " ]; do sleep 0.05; done; echo done; exit 4"}, nil, &out, &errb)
+	var stream, pid int
+	var tag string
+	if n, _ := fmt.Sscanf(out.String(), "stream %d pid %d tag %s\n", &stream, &pid, &tag); code != 0 || n != 3 || tag != "bg" || !strings.Contains(errb.String(), "rayito-agent attach --tag bg") {
+		t.Fatalf("exec --detach: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("the detached command (pid %d) is not running: %v", pid, err)
+	}
+	os.WriteFile(gate, nil, 0o644)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out.Reset()
+	errb.Reset()
+	if code := runAttach(ctx, []string{"--url", url, strconv.Itoa(stream)}, &out, &errb); code != 4 || out.String() != "started\ndone\n" {
+		t.Fatalf("attach to the detached command: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	errb.Reset()
+	if code := runExec([]string{"--url", url, "--detach", "--stdin", "--", "cat"}, nil, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--detach and --stdin") {
+		t.Fatalf("--detach --stdin: exit %d, %q", code, errb.String())
+	}
+	for _, cmd := range []string{"exec", "attach"} {
+		errb.Reset()
+		c, _ := findCommand(cmd)
+		commandFlags(cmd, &errb).Usage()
+		if !strings.Contains(errb.String(), "Ctrl-C") || !strings.Contains(errb.String(), "closed terminal") || c.notes == "" {
+			t.Fatalf("%s -h does not say what Ctrl-C and a closed terminal do:\n%s", cmd, errb.String())
+		}
 	}
 }

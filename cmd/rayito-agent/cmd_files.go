@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/rayito/rayito-agent/client"
 )
@@ -57,6 +57,23 @@ func (fc *fileCommand) parse(args []string, min int) (code int, ok bool) {
 	return 0, true
 }
 
+// arg is argument i as a path of the sandbox: a leading ':' (which cp
+// requires, to tell the sandbox's paths from local ones) is taken off,
+// so the same :PATH works with every file command.
+func (fc *fileCommand) arg(i int) string { return remotePath(fc.fs.Arg(i)) }
+
+// args is every argument as a path of the sandbox (arg).
+func (fc *fileCommand) args() []string {
+	out := make([]string, fc.fs.NArg())
+	for i := range out {
+		out[i] = fc.arg(i)
+	}
+	return out
+}
+
+// remotePath takes one leading ':' off p.
+func remotePath(p string) string { return strings.TrimPrefix(p, ":") }
+
 func (fc *fileCommand) fail(err error) int {
 	fmt.Fprintf(fc.errw, "rayito-agent %s: %v\n", fc.name, err)
 	return 1
@@ -84,28 +101,43 @@ func runLs(args []string, stdout, stderr io.Writer) int {
 		return fc.fail(err)
 	}
 	defer c.Close()
-	entries, err := fsys.List(context.Background(), fc.fs.Arg(0), *depth)
+	entries, err := fsys.List(context.Background(), fc.arg(0), *depth)
 	if err != nil {
 		return fc.fail(err)
 	}
-	root := strings.TrimSuffix(fc.fs.Arg(0), "/")
-	tw := tabwriter.NewWriter(stdout, 0, 0, 1, ' ', tabwriter.AlignRight)
-	for _, e := range entries {
-		name := e.Name
+	root := strings.TrimSuffix(fc.arg(0), "/")
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name
 		if *depth > 1 {
-			name = relativeTo(e.Path, root)
+			names[i] = relativeTo(e.Path, root)
 		}
 		if e.Type == client.FileTypeSymlink {
-			name += " -> " + e.SymlinkTarget
+			names[i] += " -> " + e.SymlinkTarget
 		}
-		if !*long {
-			fmt.Fprintln(stdout, name)
-			continue
-		}
-		fmt.Fprintf(tw, "%s\t %s\t %s\t %d\t %s\t %s\t\n", e.Permissions, e.Owner, e.Group, e.Size, e.ModTime.Format("2006-01-02 15:04"), name)
 	}
-	tw.Flush()
+	if *long {
+		writeLong(stdout, entries, names)
+		return 0
+	}
+	for _, name := range names {
+		fmt.Fprintln(stdout, name)
+	}
 	return 0
+}
+
+// writeLong prints entries as ls -l does: owner and group padded on the
+// right, sizes on the left, so that every column lines up.
+func writeLong(w io.Writer, entries []client.FileInfo, names []string) {
+	var owner, group, size int
+	for _, e := range entries {
+		owner = max(owner, len(e.Owner))
+		group = max(group, len(e.Group))
+		size = max(size, len(strconv.FormatInt(e.Size, 10)))
+	}
+	for i, e := range entries {
+		fmt.Fprintf(w, "%s %-*s %-*s %*d %s %s\n", e.Permissions, owner, e.Owner, group, e.Group, size, e.Size, e.ModTime.Format("2006-01-02 15:04"), names[i])
+	}
 }
 
 // relativeTo shows p below root as the listing was asked for.
@@ -127,7 +159,7 @@ func runStat(args []string, stdout, stderr io.Writer) int {
 		return fc.fail(err)
 	}
 	defer c.Close()
-	info, err := fsys.Stat(context.Background(), fc.fs.Arg(0))
+	info, err := fsys.Stat(context.Background(), fc.arg(0))
 	if err != nil {
 		return fc.fail(err)
 	}
@@ -155,7 +187,7 @@ func runRm(args []string, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 	code := 0
-	for _, p := range fc.fs.Args() {
+	for _, p := range fc.args() {
 		if *recursive {
 			err = fsys.RemoveAll(context.Background(), p)
 		} else {
@@ -180,7 +212,7 @@ func runMkdir(args []string, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 	code := 0
-	for _, p := range fc.fs.Args() {
+	for _, p := range fc.args() {
 		if err := fsys.MkdirAll(context.Background(), p); err != nil {
 			code = fc.fail(err)
 		}

@@ -79,13 +79,23 @@ func TestCpCommand(t *testing.T) {
 	if out, _ := run(ls, "--depth", "2", "-l", filepath.Join(remote, "copy")); !strings.Contains(out, "-rwxr-xr-x") || !strings.Contains(out, "sub/b.txt") {
 		t.Fatalf("ls -l: %q", out)
 	}
-	out, _ := run(func(a []string, o, e *bytes.Buffer) int { return runStat(a, o, e) }, filepath.Join(remote, "in.txt"))
+	// Columns line up as ls -l's: owner and group padded on the right,
+	// sizes on the left; every line as long as the others up to the name.
+	out, _ := run(ls, "-l", ":"+filepath.Join(remote, "copy"))
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 2 || strings.Index(lines[0], " a.txt") != strings.Index(lines[1], " sub") || !strings.HasPrefix(lines[1], "d") {
+		t.Fatalf("ls -l of :%s does not line up:\n%s", filepath.Join(remote, "copy"), out)
+	}
+	out, _ = run(func(a []string, o, e *bytes.Buffer) int { return runStat(a, o, e) }, ":"+filepath.Join(remote, "in.txt"))
 	var st map[string]any
 	if json.Unmarshal([]byte(out), &st) != nil || st["type"] != "file" || st["size"] != float64(10) || st["mode"] != "0644" {
 		t.Fatalf("stat: %s", out)
 	}
-	run(func(a []string, o, e *bytes.Buffer) int { return runMkdir(a, o, e) }, filepath.Join(remote, "m/n"))
-	run(func(a []string, o, e *bytes.Buffer) int { return runRm(a, o, e) }, "-r", filepath.Join(remote, "m"), filepath.Join(remote, "copy"))
+	run(func(a []string, o, e *bytes.Buffer) int { return runMkdir(a, o, e) }, ":"+filepath.Join(remote, "m/n"))
+	if st, err := os.Stat(filepath.Join(remote, "m/n")); err != nil || !st.IsDir() {
+		t.Fatalf("mkdir :PATH: %v", err)
+	}
+	run(func(a []string, o, e *bytes.Buffer) int { return runRm(a, o, e) }, "-r", ":"+filepath.Join(remote, "m"), filepath.Join(remote, "copy"))
 	if entries, _ := os.ReadDir(remote); len(entries) != 2 {
 		t.Fatalf("after rm: %v", entries)
 	}

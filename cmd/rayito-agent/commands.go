@@ -15,28 +15,47 @@ type command struct {
 	args    string // what follows the name in its usage line
 	summary string // one line for the listing
 	run     func(args []string) int
+	// notes, when set, follow the summary in the command's -h: what a
+	// user must know beyond its flags (what Ctrl-C does, say).
+	notes string
 }
+
+// Notes of the commands that follow a stream: what Ctrl-C and a closed
+// terminal do to each.
+const (
+	execNotes = `Ctrl-C, SIGTERM and a closed terminal (SIGHUP) are sent on to the command's
+process group, as for a local command: the command decides whether it ends,
+and exec exits with its exit code once it has. The agent keeps the command's
+output: if exec itself dies (killed, the connection lost), the command runs on
+and "rayito-agent attach --tag TAG" (or STREAM, or --pid) finds it again.
+With --detach, exec starts the command, prints its stream and pid (and tag),
+and returns at once; the command runs on, its output kept for attach.`
+	attachNotes = `Ctrl-C or SIGTERM detaches and leaves the stream running (exit code 130);
+it sends the command nothing. A closed terminal ends attach the same way.
+To stop a command, signal it inside the sandbox or from the exec that
+started it.`
+)
 
 // commands lists the subcommands, in the order `rayito-agent -h` shows
 // them: adding one is one line here. (A function, not a variable: the
 // commands' own usage reads this table.)
 func commands() []command {
 	return []command{
-		{"serve", "[flags]", "run the agent (also with no subcommand)", serve},
-		{"exec", "[flags] -- CMD [ARG...]", "run a command, stream its output, exit with its exit code", execCmd},
-		{"attach", "[flags] STREAM | --pid PID | --tag TAG", "follow a stream again: replay its output from a cursor, then live", attachCmd},
-		{"pty", "[flags] [-- CMD [ARG...]]", "an interactive terminal (default: the user's login shell)", ptyCmd},
-		{"watch", "[flags] PATH", "print a directory's changes as JSON lines until interrupted", watchCmd},
-		{"run-code", "[flags] CODE", "run Python on a kernel (CODE - reads it from stdin)", runCodeCmd},
-		{"cp", "[flags] LOCAL :REMOTE | :REMOTE LOCAL", "copy files or directories into or out of the sandbox (\"-\" is stdin or stdout)", cpCmd},
-		{"ls", "[flags] PATH", "list a directory of the sandbox", lsCmd},
-		{"stat", "[flags] PATH", "describe a file of the sandbox", statCmd},
-		{"rm", "[flags] PATH...", "remove files of the sandbox (-r: directories too)", rmCmd},
-		{"mkdir", "[flags] PATH...", "make directories in the sandbox, with their parents", mkdirCmd},
-		{"health", "[flags]", "print the agent's /health", healthCmd},
-		{"init", "[flags]", "configure the agent as a host does (POST /v1/init)", initCmd},
-		{"resume", "[flags]", "tell the agent its VM was resumed (POST /v1/resume)", resumeCmd},
-		{"version", "", "print the version", versionCmd},
+		{"serve", "[flags]", "run the agent (also with no subcommand)", serve, ""},
+		{"exec", "[flags] -- CMD [ARG...]", "run a command, stream its output, exit with its exit code", execCmd, execNotes},
+		{"attach", "[flags] STREAM | --pid PID | --tag TAG", "follow a stream again: replay its output from a cursor, then live", attachCmd, attachNotes},
+		{"pty", "[flags] [-- CMD [ARG...]]", "an interactive terminal (default: the user's login shell)", ptyCmd, ""},
+		{"watch", "[flags] PATH", "print a directory's changes as JSON lines until interrupted", watchCmd, ""},
+		{"run-code", "[flags] CODE", "run Python on a kernel (CODE - reads it from stdin)", runCodeCmd, ""},
+		{"cp", "[flags] LOCAL :REMOTE | :REMOTE LOCAL", "copy files or directories into or out of the sandbox (\"-\" is stdin or stdout)", cpCmd, ""},
+		{"ls", "[flags] [:]PATH", "list a directory of the sandbox", lsCmd, ""},
+		{"stat", "[flags] [:]PATH", "describe a file of the sandbox", statCmd, ""},
+		{"rm", "[flags] [:]PATH...", "remove files of the sandbox (-r: directories too)", rmCmd, ""},
+		{"mkdir", "[flags] [:]PATH...", "make directories in the sandbox, with their parents", mkdirCmd, ""},
+		{"health", "[flags]", "print the agent's /health", healthCmd, ""},
+		{"init", "[flags]", "configure the agent as a host does (POST /v1/init)", initCmd, ""},
+		{"resume", "[flags]", "tell the agent its VM was resumed (POST /v1/resume)", resumeCmd, ""},
+		{"version", "", "print the version", versionCmd, ""},
 	}
 }
 
@@ -105,6 +124,9 @@ func commandFlags(name string, stderr io.Writer) *flag.FlagSet {
 	c, _ := findCommand(name)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "%s\n\n%s.\n", strings.TrimSpace("usage: rayito-agent "+c.name+" "+c.args), upperFirst(c.summary))
+		if c.notes != "" {
+			fmt.Fprintf(stderr, "\n%s\n", c.notes)
+		}
 		if hasFlags(fs) {
 			fmt.Fprint(stderr, "\nflags:\n")
 			fs.PrintDefaults()

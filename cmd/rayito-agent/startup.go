@@ -34,7 +34,7 @@ func listen(addr string) (net.Listener, error) {
 	case err == nil:
 		return l, nil
 	case errors.Is(err, syscall.EADDRINUSE):
-		return nil, &startupError{fmt.Sprintf("%s is already in use (another agent running?); pick another address with --listen or RAYITO_LISTEN", addr)}
+		return nil, &startupError{fmt.Sprintf("%s is already in use (another agent running?); %s", addr, pickAnother("address"))}
 	case errors.Is(err, syscall.EACCES):
 		return nil, &startupError{fmt.Sprintf("not allowed to listen on %s (a port below 1024 needs root or CAP_NET_BIND_SERVICE)", addr)}
 	}
@@ -63,9 +63,19 @@ func vsockListenError(addr string, err error) error {
 	case errors.Is(err, syscall.EAFNOSUPPORT), errors.Is(err, syscall.ENODEV), errors.Is(err, syscall.ESOCKTNOSUPPORT):
 		return &startupError{fmt.Sprintf("cannot listen on %s: this machine has no vsock transport (AF_VSOCK: load vmw_vsock_virtio_transport, or vsock_loopback for a guest-local test): %v", addr, err)}
 	case errors.Is(err, syscall.EADDRINUSE):
-		return &startupError{fmt.Sprintf("%s is already in use (another agent running?); pick another port with --listen", addr)}
+		return &startupError{fmt.Sprintf("%s is already in use (another agent running?); %s", addr, pickAnother("port"))}
 	}
 	return &startupError{fmt.Sprintf("cannot listen on %s: %v", addr, err)}
+}
+
+// pickAnother says how to choose another listen address: with make's
+// LISTEN variable when make started the agent (make run sets MAKELEVEL in
+// its commands' environment), else with the flag or its variable.
+func pickAnother(what string) string {
+	if os.Getenv("MAKELEVEL") != "" {
+		return "pick another " + what + " with make run LISTEN=127.0.0.1:PORT"
+	}
+	return "pick another " + what + " with --listen or RAYITO_LISTEN"
 }
 
 // listenAll opens every address of --listen, or closes what it opened.
