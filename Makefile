@@ -40,6 +40,7 @@ include rootfs/Makefile.inc
 # The agent leaves this machine's clock alone (--set-clock=false): that
 # is only its job inside a sandbox VM.
 run: build
+	@$(call apt_install,$(RUN_PACKAGES))
 	@mkdir -p $(STATE_DIR)
 	@if [ -z "$$RAYITO_ACCESS_TOKEN" ] && [ ! -s $(DEV_TOKEN_FILE) ]; then \
 		(umask 077; echo "dev-$$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')" > $(DEV_TOKEN_FILE)); fi
@@ -52,14 +53,25 @@ run: build
 
 # deps installs what the tests need, only when something is missing.
 deps: rootfs-deps
-	@missing=""; for p in $(TEST_PACKAGES); do \
-		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing:$$missing"; \
-		export DEBIAN_FRONTEND=noninteractive; \
-		apt-get install -y --no-install-recommends $$missing || { apt-get update && apt-get install -y --no-install-recommends $$missing; }; \
-	fi
+	@echo "==> Debian packages the tests need (installed only when missing)"
+	@$(call apt_install,$(TEST_PACKAGES))
+
+# apt_install installs the Debian packages of its argument that are
+# missing, with one apt-get (after an update only if that failed).
+define apt_install
+missing=""; for p in $(1); do \
+	dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+done; \
+if [ -n "$$missing" ]; then \
+	echo "installing:$$missing"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get install -y --no-install-recommends $$missing || { apt-get update && apt-get install -y --no-install-recommends $$missing; }; \
+fi
+endef
+
+# run-code needs a kernel: make run installs python3-ipykernel when
+# missing, so the README's run-code works on the first try.
+RUN_PACKAGES := python3-ipykernel
 
 # Node tests drive the agent with the real npm client packages. Each folder
 # internal/*/nodetest and cmd/*/nodetest holds a package.json and its package-lock.json;
@@ -68,6 +80,7 @@ deps: rootfs-deps
 # tests that run node fail instead of skipping when they are missing.
 NODE_TEST_DIRS := $(patsubst %/package.json,%,$(wildcard internal/*/nodetest/package.json cmd/*/nodetest/package.json))
 node-deps:
+	@echo "==> npm packages the compatibility tests drive (installed only when missing)"
 	@for d in $(NODE_TEST_DIRS); do \
 		[ $$d/node_modules/.package-lock.json -nt $$d/package-lock.json ] && continue; \
 		echo "npm ci in $$d"; (cd $$d && npm ci --no-audit --no-fund --loglevel=error) || exit 1; \
@@ -76,7 +89,9 @@ node-deps:
 # unit runs the Go tests with the race detector; -short leaves the VM
 # tests to e2e, so they do not compete for the two cores.
 unit: deps node-deps
+	@echo "==> go vet"
 	$(GO) vet ./...
+	@echo "==> unit tests with the race detector (5 to 10 minutes on 2 cores)"
 	RAYITO_NODE_TESTS=1 CGO_ENABLED=1 $(GO) test -race -short -count=1 -timeout 30m ./...
 
 # test is everything: unit tests, then the image and the VM tests.

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,6 +29,8 @@ func runCode(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	kernel := fs.String("kernel", "", "kernel id (default: the default kernel, started on first use)")
 	timeout := fs.Duration("timeout", 0, "interrupt the cell after this long in the kernel (e.g. 30s)")
 	keepAwake := fs.Bool("keep-awake", false, "keep the sandbox awake while the cell runs, even if it prints nothing")
+	save := fs.String("save", "", "write rich outputs (images, HTML, JSON) to files in this directory, output-N.EXT, and name them")
+	asJSON := fs.Bool("json", false, "print the cell's events as JSON lines (stdout, stderr, result, display, error, then end) instead of as text")
 	code, err := parseInterleaved(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -59,6 +62,7 @@ func runCode(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer c.Close()
 
 	out := cellPrinter(stdout, stderr)
+	out.save = *save
 	o := client.ExecuteOptions{
 		Timeout:   *timeout,
 		KeepAwake: *keepAwake,
@@ -75,6 +79,17 @@ func runCode(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 			return strings.TrimRight(line, "\r\n"), nil
 		},
+	}
+	var events *jsonEvents
+	if *asJSON {
+		events = &jsonEvents{enc: json.NewEncoder(stdout)}
+		o.OnStdout = func(s string) { events.put(jsonEvent{Type: client.CellStdout, Text: s}) }
+		o.OnStderr = func(s string) { events.put(jsonEvent{Type: client.CellStderr, Text: s}) }
+		o.OnResult = func(r client.Output) { events.put(jsonEvent{Type: client.CellResult, Main: r.Main, Data: r.Data}) }
+		o.OnDisplay = func(r client.Output) { events.put(jsonEvent{Type: client.CellDisplay, Data: r.Data}) }
+		o.OnError = func(e client.ExecError) {
+			events.put(jsonEvent{Type: client.CellError, Name: e.Name, Value: e.Value, Traceback: e.Traceback})
+		}
 	}
 	k := c.DefaultKernel()
 	if *kernel != "" {
@@ -102,7 +117,9 @@ func runCode(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	if ex.Message != "" {
+	if events != nil {
+		events.put(jsonEvent{Type: "end", Status: ex.Status, ExecutionCount: ex.ExecutionCount, Message: ex.Message})
+	} else if ex.Message != "" {
 		fmt.Fprintln(stderr, "rayito-agent run-code:", ex.Message)
 	}
 	if ex.Status != client.StatusOK {
@@ -119,20 +136,29 @@ type cellOutput struct {
 	// colour keeps the traceback's ANSI colours: only for a terminal,
 	// where they mean something; in a file or a pipe they are noise.
 	colour bool
+	// save is where rich outputs are written ("": nowhere), saved how
+	// many were (cmd_runcode_rich.go).
+	save  string
+	saved int
 }
 
-func cellPrinter(stdout, stderr io.Writer) cellOutput {
+func cellPrinter(stdout, stderr io.Writer) *cellOutput {
 	f, ok := stderr.(*os.File)
-	return cellOutput{stdout: stdout, stderr: stderr, colour: ok && isTerminal(int(f.Fd()))}
+	return &cellOutput{stdout: stdout, stderr: stderr, colour: ok && isTerminal(int(f.Fd()))}
 }
 
-func (o cellOutput) output(out client.Output) {
+// output prints a result or display: its text, then a line saying what
+// else it holds ("[image/png 640x480]"), which a terminal cannot show.
+func (o *cellOutput) output(out client.Output) {
 	if s := out.Text(); s != "" {
 		fmt.Fprintln(o.stdout, s)
 	}
+	for _, note := range o.richNotes(out.Data) {
+		fmt.Fprintln(o.stdout, note)
+	}
 }
 
-func (o cellOutput) error(e client.ExecError) {
+func (o *cellOutput) error(e client.ExecError) {
 	if len(e.Traceback) == 0 {
 		fmt.Fprintln(o.stderr, e.Error())
 	}
@@ -145,7 +171,7 @@ func (o cellOutput) error(e client.ExecError) {
 }
 
 // event prints one event of a cell read with Next.
-func (o cellOutput) event(ev client.CellEvent) {
+func (o *cellOutput) event(ev client.CellEvent) {
 	switch ev.Type {
 	case client.CellStdout:
 		io.WriteString(o.stdout, ev.Text)
@@ -156,6 +182,33 @@ func (o cellOutput) event(ev client.CellEvent) {
 	case client.CellError:
 		o.error(client.ExecError{Name: ev.Name, Value: ev.Value, Traceback: ev.Traceback})
 	}
+}
+
+// jsonEvent is one line of run-code --json.
+type jsonEvent struct {
+	Type           string         `json:"type"`
+	Text           string         `json:"text,omitempty"`
+	Main           bool           `json:"main,omitempty"`
+	Data           map[string]any `json:"data,omitempty"`
+	Name           string         `json:"name,omitempty"`
+	Value          string         `json:"value,omitempty"`
+	Traceback      []string       `json:"traceback,omitempty"`
+	Status         string         `json:"status,omitempty"`
+	ExecutionCount int            `json:"execution_count,omitempty"`
+	Message        string         `json:"message,omitempty"`
+}
+
+// jsonEvents writes events as JSON lines; the callbacks run on goroutines
+// of their own.
+type jsonEvents struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+}
+
+func (j *jsonEvents) put(ev jsonEvent) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.enc.Encode(ev)
 }
 
 // ansiEscape matches terminal escape sequences (colours, cursor moves).

@@ -2,6 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -40,5 +44,55 @@ func TestRunCodeCommand(t *testing.T) {
 				t.Fatalf("stderr has terminal escapes: %q", errb.String())
 			}
 		})
+	}
+}
+
+// TestRunCodeRich: a rich output is named with what it holds ("[image/png
+// 1x1]"), --save writes it to a file, --json prints the cell's events.
+func TestRunCodeRich(t *testing.T) {
+	url := startAgent(t, "cli-token")
+	t.Setenv("RAYITO_ACCESS_TOKEN", "cli-token")
+	const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+	code := "from IPython.display import display, Image, HTML\nimport base64\n" +
+		"display(Image(data=base64.b64decode('" + png + "')))\ndisplay(HTML('<b>bold</b>'))"
+	run := func(args ...string) (string, string) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if c := runCode(append([]string{"--url", url}, args...), strings.NewReader(""), &out, &errb); c != 0 {
+			t.Fatalf("%v: exit %d, %s", args, c, errb.String())
+		}
+		return out.String(), errb.String()
+	}
+	out, _ := run(code)
+	if !strings.Contains(out, "[image/png 1x1]\n") || !strings.Contains(out, "[text/html 11 B]\n") {
+		t.Fatalf("rich outputs shown as:\n%s", out)
+	}
+	dir := filepath.Join(t.TempDir(), "out")
+	out, _ = run("--save", dir, code)
+	img, err := os.ReadFile(filepath.Join(dir, "output-1.png"))
+	want, _ := base64.StdEncoding.DecodeString(png)
+	if err != nil || !bytes.Equal(img, want) {
+		t.Fatalf("--save wrote %d bytes of the PNG, %v", len(img), err)
+	}
+	if html, _ := os.ReadFile(filepath.Join(dir, "output-2.html")); string(html) != "<b>bold</b>" {
+		t.Fatalf("--save wrote the HTML as %q", html)
+	}
+	if !strings.Contains(out, "saved to "+filepath.Join(dir, "output-1.png")) {
+		t.Fatalf("--save does not name its files:\n%s", out)
+	}
+	out, _ = run("--json", "print('hi')\n"+code+"\n6 * 7")
+	var types []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var ev map[string]any
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("--json line %q: %v", line, err)
+		}
+		types = append(types, ev["type"].(string))
+		if ev["type"] == "end" && ev["status"] != "ok" {
+			t.Fatalf("--json end %v", ev)
+		}
+	}
+	if strings.Join(types, " ") != "stdout display display result end" {
+		t.Fatalf("--json events %v:\n%s", types, out)
 	}
 }
