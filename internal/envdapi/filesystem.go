@@ -159,6 +159,7 @@ var fileCodes = []struct {
 	{files.ErrUnsupported, connect.CodeInvalidArgument},
 	{files.ErrNoSpace, connect.CodeResourceExhausted},
 	{files.ErrTooMany, connect.CodeResourceExhausted},
+	{files.ErrBusy, connect.CodeResourceExhausted},
 	{files.ErrClosed, connect.CodeUnavailable},
 }
 

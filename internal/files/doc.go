@@ -24,7 +24,12 @@
 //
 // Permission is checked when a file is opened or created as the user, so
 // a download's descriptor is read by whatever goroutine streams it; writes
-// are made as the user too. What an operation creates gets modes from the
+// are made as the user too. Only file system calls run as the user, never
+// a wait on a client (a tar download reads each directory and opens each
+// file as the user, and writes to its client as the agent), and at most
+// identityThreads do at once: no number of slow clients can pile up OS
+// threads. The files transfers hold open are counted against a budget
+// (held.go), as connections are against theirs. What an operation creates gets modes from the
 // agent's umask unless a mode is given. Relative paths are relative to the
 // user's home.
 //

@@ -34,6 +34,9 @@ var (
 	ErrInputClosed = errors.New("the upload's input is closed")
 	ErrWindow      = errors.New("input beyond the upload window")
 	ErrIO          = errors.New("input/output error")
+	// ErrBusy: every thread for operations as other users stayed taken
+	// (identity_linux.go); try again shortly.
+	ErrBusy = errors.New("too many operations as other users at once; try again shortly")
 )
 
 // Error is a failed operation on a path.
@@ -78,6 +81,7 @@ var codes = []struct {
 	{ErrNoSpace, wire.CodeLimit},
 	{ErrTooMany, wire.CodeLimit},
 	{ErrWindow, wire.CodeLimit},
+	{ErrBusy, wire.CodeLimit},
 	{ErrIsDir, wire.CodeBadRequest},
 	{ErrNotDir, wire.CodeBadRequest},
 	{ErrNotRegular, wire.CodeBadRequest},

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"go.uber.org/zap"
@@ -35,16 +36,44 @@ func ownIdentity() (identity, error) {
 	return id, nil
 }
 
+// Bounds of the operations as another user.
+const (
+	// identityThreads is how many run at once. Each holds an OS thread
+	// for as long as its file system calls take (never a network write:
+	// WriteTar reads as the user and writes as the agent), so a few
+	// suffice, and no number of clients can pile up threads until Go's
+	// limit kills the agent.
+	identityThreads = 32
+)
+
+// identityWait is how long an operation waits for one of them before it
+// is refused with limit: long enough for a burst, short enough that a
+// disk that hangs is reported, not queued behind (a variable for tests).
+var identityWait = 10 * time.Second
+
 // as runs fn with u's identity, or directly when u is the
 // agent's own user. fn runs on a goroutine of its own locked to its
 // thread, which switches to u and back; the package comment says why.
 // If the switch back ever failed, the goroutine ends still locked and the
 // runtime retires the thread, so no other goroutine runs with a borrowed
-// identity.
+// identity. At most identityThreads run at once; fn must only make file
+// system calls, never wait on a client.
 func (m *Manager) as(u User, fn func() error) error {
 	if u.UID == m.self.uid && u.GID == m.self.gid {
 		return fn()
 	}
+	select {
+	case m.identities <- struct{}{}:
+	default:
+		t := time.NewTimer(identityWait)
+		select {
+		case m.identities <- struct{}{}:
+			t.Stop()
+		case <-t.C:
+			return newErr("act as", u.Name, ErrBusy, fmt.Errorf("%d operations as other users have been running for %v", identityThreads, identityWait))
+		}
+	}
+	defer func() { <-m.identities }()
 	id := identity{uid: u.UID, gid: u.GID, groups: u.Groups}
 	groups := !sameGroups(u, m.self.groups)
 	done := make(chan taskResult, 1)

@@ -51,6 +51,11 @@ type Manager struct {
 	restoreIDs func(identity, bool) error
 	umask      fs.FileMode
 	journal    *journal
+	// identities bounds the operations running as another user at once:
+	// each holds an OS thread (identity_linux.go).
+	identities chan struct{}
+	// held counts the descriptors transfers hold open (held.go).
+	held chan struct{}
 
 	mu        sync.Mutex
 	closed    bool
@@ -74,6 +79,7 @@ func New(o Options) (*Manager, error) {
 	m := &Manager{
 		reg: o.Registry, users: o.Users, log: o.Logger, self: self, restoreIDs: restoreIDs,
 		umask: processUmask(), transfers: map[*stream.Stream]struct{}{},
+		identities: make(chan struct{}, identityThreads), held: make(chan struct{}, heldBudget()),
 	}
 	if o.StateDir != "" {
 		if m.journal, err = openJournal(filepath.Join(o.StateDir, "files-temp"), o.Logger); err != nil {

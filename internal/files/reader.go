@@ -21,6 +21,15 @@ type File struct {
 	// Sized is false for the files of virtual filesystems (/proc, /sys)
 	// that report size 0 but have content: read those to their end.
 	Sized bool
+	held  *heldFile // gives the descriptor back to the budget at Close
+}
+
+// Close closes the file and gives its descriptor back to the budget of
+// files transfers hold (held.go).
+func (f *File) Close() error {
+	err := f.File.Close()
+	f.held.release()
+	return err
 }
 
 // Open opens the regular file at path for reading as the user. A
@@ -29,6 +38,9 @@ type File struct {
 func (m *Manager) Open(userName, path string) (*File, error) {
 	u, p, err := m.resolve("read", userName, path)
 	if err != nil {
+		return nil, err
+	}
+	if err := m.holdSlot(p); err != nil {
 		return nil, err
 	}
 	var f *File
@@ -63,7 +75,7 @@ func (m *Manager) Open(userName, path string) (*File, error) {
 			osf.Close()
 			return newErr("read", p, nil, err)
 		}
-		f = &File{File: osf, Info: m.infoOf(p, fi, InfoOptions{}), Sized: true}
+		f = &File{File: osf, Info: m.infoOf(p, fi, InfoOptions{}), Sized: true, held: &heldFile{m: m}}
 		if fi.Size() == 0 {
 			var sfs unix.Statfs_t
 			f.Sized = unix.Fstatfs(fd, &sfs) != nil || !virtualFS(sfs.Type)
@@ -71,6 +83,7 @@ func (m *Manager) Open(userName, path string) (*File, error) {
 		return nil
 	})
 	if err != nil {
+		m.releaseSlot()
 		return nil, err
 	}
 	m.named(&f.Info)

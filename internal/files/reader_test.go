@@ -1,11 +1,17 @@
 package files
 
 import (
+	"bytes"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rayito/rayito-agent/internal/wire"
 )
 
 // Serve sends a file with its length and type, honours Range and HEAD,
@@ -47,5 +53,48 @@ func TestServe(t *testing.T) {
 	}
 	if w = serve("/proc/self/status", "GET", ""); w.Code != 200 || !strings.Contains(w.Body.String(), "Pid:") || w.Header().Get("Content-Length") != "" {
 		t.Fatalf("virtual file: %d %q %v", w.Code, w.Body, w.Header())
+	}
+}
+
+// TestHeldFilesCounted: the files downloads hold open are counted; one
+// past the budget waits for a close, then is refused with ErrBusy
+// (limit), and a close gives its descriptor back.
+func TestHeldFilesCounted(t *testing.T) {
+	m, _ := newManager(t)
+	m.held = make(chan struct{}, 2)
+	old := heldWait
+	heldWait = 50 * time.Millisecond
+	defer func() { heldWait = old }()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	os.WriteFile(p, []byte("x"), 0o644)
+	a, err := m.Open("", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Open("", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Open("", p); !errors.Is(err, ErrBusy) || Code(err) != wire.CodeLimit {
+		t.Fatalf("a third open on a budget of two: %v", err)
+	}
+	var buf bytes.Buffer
+	if err := m.WriteTar("", dir, &buf); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a tar of a file on a spent budget: %v", err)
+	}
+	a.Close()
+	a.Close() // twice: gives back one
+	c, err := m.Open("", p)
+	if err != nil {
+		t.Fatalf("after a close: %v", err)
+	}
+	if _, err := m.Open("", p); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a second Close gave back another descriptor: %v", err)
+	}
+	b.Close()
+	c.Close()
+	if err := m.WriteTar("", dir, &buf); err != nil {
+		t.Fatalf("a tar once files are closed: %v", err)
 	}
 }

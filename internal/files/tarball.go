@@ -21,7 +21,7 @@ func (m *Manager) WriteTar(userName, path string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return m.as(u, func() error {
+	err = m.as(u, func() error {
 		st, err := os.Stat(p)
 		if err != nil {
 			return newErr("read", p, nil, err)
@@ -29,38 +29,73 @@ func (m *Manager) WriteTar(userName, path string, w io.Writer) error {
 		if !st.IsDir() {
 			return newErr("read", p, ErrNotDir, nil)
 		}
-		tw := tar.NewWriter(w)
-		err = filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return newErr("read", q, nil, err)
-			}
-			if q == p {
-				return nil
-			}
-			return m.tarEntry(tw, p, q, d)
-		})
-		if err != nil {
-			return err
-		}
-		return tw.Close()
+		return nil
 	})
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(w)
+	if err := m.tarDir(u, tw, p, p); err != nil {
+		return err
+	}
+	return tw.Close()
 }
 
-func (m *Manager) tarEntry(tw *tar.Writer, root, q string, d fs.DirEntry) error {
-	fi, err := d.Info()
+// tarItem is one entry of a directory, read as the user.
+type tarItem struct {
+	path string
+	info fs.FileInfo
+	link string // a symlink's target
+}
+
+// tarDir archives what dir holds, depth first with names sorted (as
+// filepath.WalkDir goes). Only the file system calls run as the user, a
+// directory's in one go and each file's open: the writes to w, which
+// wait on the client, run as the agent, on no borrowed thread, so slow
+// readers hold no OS threads however many they are.
+func (m *Manager) tarDir(u User, tw *tar.Writer, root, dir string) error {
+	var items []tarItem
+	err := m.as(u, func() error {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return newErr("read", dir, nil, err)
+		}
+		for _, e := range entries {
+			it := tarItem{path: filepath.Join(dir, e.Name())}
+			if it.info, err = e.Info(); err != nil {
+				return newErr("read", it.path, nil, err)
+			}
+			if it.info.Mode()&fs.ModeSymlink != 0 {
+				if it.link, err = os.Readlink(it.path); err != nil {
+					return newErr("read", it.path, nil, err)
+				}
+			}
+			items = append(items, it)
+		}
+		return nil
+	})
 	if err != nil {
-		return newErr("read", q, nil, err)
+		return err
 	}
+	for _, it := range items {
+		if err := m.tarEntry(u, tw, root, it); err != nil {
+			return err
+		}
+		if it.info.IsDir() {
+			if err := m.tarDir(u, tw, root, it.path); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *Manager) tarEntry(u User, tw *tar.Writer, root string, it tarItem) error {
+	fi, q := it.info, it.path
 	if fi.Mode()&fs.ModeSocket != 0 {
 		return nil
 	}
-	var link string
-	if fi.Mode()&fs.ModeSymlink != 0 {
-		if link, err = os.Readlink(q); err != nil {
-			return newErr("read", q, nil, err)
-		}
-	}
-	hdr, err := tar.FileInfoHeader(fi, link)
+	hdr, err := tar.FileInfoHeader(fi, it.link)
 	if err != nil {
 		return newErr("read", q, nil, err)
 	}
@@ -75,12 +110,14 @@ func (m *Manager) tarEntry(tw *tar.Writer, root, q string, d fs.DirEntry) error 
 	}
 	var f *os.File
 	if fi.Mode().IsRegular() {
-		// Opened before the header goes out, so an unreadable file
-		// fails the archive before a header without content.
-		if f, err = os.Open(q); err != nil {
-			return newErr("read", q, nil, err)
+		// Opened (as the user) before the header goes out, so an
+		// unreadable file fails the archive before a header without
+		// content; read as the agent, since the descriptor carries the
+		// permission.
+		if f, err = m.openHeld(u, q); err != nil {
+			return err
 		}
-		defer f.Close()
+		defer m.closeHeld(f)
 	}
 	if err := tw.WriteHeader(hdr); err != nil {
 		return err

@@ -302,3 +302,28 @@ func rootOnlyFile(t *testing.T) string {
 	writeFile(t, f, "x")
 	return f
 }
+
+// TestIdentityThreadsBounded: operations as other users run on at most
+// identityThreads threads at once; one that waits too long for a thread
+// is refused with ErrBusy (limit) and changes nothing; the agent's own
+// operations never wait.
+func TestIdentityThreadsBounded(t *testing.T) {
+	needRoot(t)
+	m, _ := newManager(t)
+	m.identities = make(chan struct{}, 1)
+	old := identityWait
+	identityWait = 50 * time.Millisecond
+	defer func() { identityWait = old }()
+	dir := "/" // any user may stat it
+	m.identities <- struct{}{} // the one thread, busy
+	if _, err := m.Stat("nobody", dir); !errors.Is(err, ErrBusy) || Code(err) != "limit" {
+		t.Fatalf("stat as nobody with every thread busy: %v", err)
+	}
+	if _, err := m.Stat("", dir); err != nil {
+		t.Fatalf("the agent's own stat waited for a thread: %v", err)
+	}
+	<-m.identities
+	if _, err := m.Stat("nobody", dir); err != nil {
+		t.Fatalf("stat as nobody once the thread is free: %v", err)
+	}
+}
