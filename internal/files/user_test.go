@@ -314,7 +314,7 @@ func TestIdentityThreadsBounded(t *testing.T) {
 	old := identityWait
 	identityWait = 50 * time.Millisecond
 	defer func() { identityWait = old }()
-	dir := "/" // any user may stat it
+	dir := "/"                 // any user may stat it
 	m.identities <- struct{}{} // the one thread, busy
 	if _, err := m.Stat("nobody", dir); !errors.Is(err, ErrBusy) || Code(err) != "limit" {
 		t.Fatalf("stat as nobody with every thread busy: %v", err)
