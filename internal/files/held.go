@@ -58,10 +58,11 @@ func (m *Manager) openHeld(u User, path string) (*os.File, error) {
 	}
 	var f *os.File
 	err := m.as(u, func() error {
-		var err error
-		if f, err = os.Open(path); err != nil {
-			return newErr("read", path, nil, err)
+		fd, err := m.openFor(u, "read", path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY)
+		if err != nil {
+			return asFileError("read", path, err)
 		}
+		f = os.NewFile(uintptr(fd), path)
 		return nil
 	})
 	if err != nil {

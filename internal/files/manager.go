@@ -123,7 +123,20 @@ func (m *Manager) resolve(op, userName, path string) (User, string, error) {
 		return u, "", err
 	}
 	p, err := absFor(u, op, path)
+	if err == nil {
+		err = m.clean(u, op, p)
+	}
 	return u, p, err
+}
+
+// clean refuses, for an operation as another user, a path that goes
+// through a magic link (magic.go). The agent's own operations may: they
+// reach nothing the agent could not anyway.
+func (m *Manager) clean(u User, op, p string) error {
+	if u.UID == m.self.uid && u.GID == m.self.gid {
+		return nil
+	}
+	return noMagicLinks(op, p)
 }
 
 func absFor(u User, op, path string) (string, error) {

@@ -42,6 +42,11 @@ func (m *Manager) MoveWith(userName, from, to string, o MoveOptions) error {
 	if err != nil {
 		return err
 	}
+	for _, p := range []string{src, dst} {
+		if err := m.clean(u, "move", p); err != nil {
+			return err
+		}
+	}
 	across := false
 	err = m.as(u, func() error {
 		if o.Parents {

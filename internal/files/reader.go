@@ -52,9 +52,9 @@ func (m *Manager) Open(userName, path string) (*File, error) {
 		if err := regular(p, st.IsDir(), st.Mode().IsRegular()); err != nil {
 			return err
 		}
-		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK, 0)
+		fd, err := m.openFor(u, "read", p, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK)
 		if err != nil {
-			return newErr("read", p, nil, err)
+			return asFileError("read", p, err)
 		}
 		// Whatever is at the path now is checked again on the descriptor:
 		// it may have been replaced since the stat.
