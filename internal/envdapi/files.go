@@ -17,8 +17,9 @@ import (
 )
 
 // handleFiles is envd's file transfer route: GET (and HEAD) downloads a
-// file, POST uploads files. Both run as ?username= (the default user
-// without it) on the file manager; auth has passed already.
+// file, POST uploads files. Both run with the agent's rights on behalf of
+// ?username= (the default user without it; behalf.go): what an upload
+// creates is theirs. Auth has passed already.
 func (s *Server) handleFiles(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
@@ -40,7 +41,12 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		writeFilesError(w, http.StatusBadRequest, "the path query parameter is required")
 		return
 	}
-	f, err := s.cfg.Files.Open(q.Get("username"), path)
+	b, err := s.onBehalf(q.Get("username"))
+	if err != nil {
+		writeFileStatus(w, err)
+		return
+	}
+	f, err := s.cfg.Files.Open(b.agent, b.path(path))
 	if err != nil {
 		writeFileStatus(w, err)
 		return
@@ -94,8 +100,13 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer body.Close()
+	b, err := s.onBehalf(q.Get("username"))
+	if err != nil {
+		writeFileStatus(w, err)
+		return
+	}
 	metadata := metadataHeaders(r.Header)
-	up := s.cfg.Files.Stage(q.Get("username"), files.WriteOptions{Parents: true, Metadata: metadata,
+	up := s.cfg.Files.Stage(b.agent, files.WriteOptions{Parents: true, Metadata: metadata, Owner: b.owner,
 		NoHash: true}) // envd answers no checksum
 	defer up.Abort()
 	media, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -106,7 +117,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 			err = wire.Errorf(wire.CodeBadRequest, "an application/octet-stream upload needs the path query parameter")
 		} else {
 			read = true
-			err = up.Add(q.Get("path"), body)
+			err = up.Add(b.path(q.Get("path")), body)
 		}
 	case strings.HasPrefix(media, "multipart/") && params["boundary"] != "":
 		read = true
@@ -124,7 +135,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 			if target == "" {
 				return "", false, wire.Errorf(wire.CodeBadRequest, "part %d has no filename and the request no path: one of them names the file", n)
 			}
-			return target, true, nil
+			return b.path(target), true, nil
 		})
 	default:
 		err = wire.Errorf(wire.CodeBadRequest, "unsupported Content-Type %q: send multipart/form-data or application/octet-stream", r.Header.Get("Content-Type"))

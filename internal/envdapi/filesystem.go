@@ -13,8 +13,8 @@ import (
 )
 
 // filesystemService is filesystem.Filesystem: the file operations run on
-// the file manager as the request's user, the watches on the watch
-// manager.
+// the file manager with the agent's rights on the request's user's behalf
+// (behalf.go), the watches on the watch manager.
 type filesystemService struct {
 	filesystemconnect.UnimplementedFilesystemHandler
 	s *Server
@@ -23,23 +23,28 @@ type filesystemService struct {
 // withMetadata: envd's entries carry the files' metadata.
 var withMetadata = files.InfoOptions{Metadata: true}
 
-// requestUser is who a filesystem RPC runs as: the user the Basic header
-// names, "" (the default user) without one.
-func requestUser(h map[string][]string) (string, error) {
+// requestUser is who a filesystem RPC is for: the user the Basic header
+// names, "" (the default user) without one. The operation runs with the
+// agent's rights on that user's behalf (behalf.go).
+func (f *filesystemService) requestUser(h map[string][]string) (behalf, error) {
 	user, err := basicUser(h)
 	if err != nil {
-		return "", connect.NewError(connect.CodeInvalidArgument, err)
+		return behalf{}, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	return user, nil
+	b, err := f.s.onBehalf(user)
+	if err != nil {
+		return behalf{}, fileError(err)
+	}
+	return b, nil
 }
 
 // Stat describes one entry; a symlink is described itself.
 func (f *filesystemService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
-	user, err := requestUser(req.Header())
+	b, err := f.requestUser(req.Header())
 	if err != nil {
 		return nil, err
 	}
-	info, err := f.s.cfg.Files.StatWith(user, req.Msg.GetPath(), withMetadata)
+	info, err := f.s.cfg.Files.StatWith(b.agent, b.path(req.Msg.GetPath()), withMetadata)
 	if err != nil {
 		return nil, fileError(err)
 	}
@@ -49,11 +54,11 @@ func (f *filesystemService) Stat(ctx context.Context, req *connect.Request[files
 // ListDir lists a directory (a symlink to one is followed) down to depth
 // levels, 1 when the request says 0.
 func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
-	user, err := requestUser(req.Header())
+	b, err := f.requestUser(req.Header())
 	if err != nil {
 		return nil, err
 	}
-	infos, err := f.s.cfg.Files.ListWith(user, req.Msg.GetPath(), int(req.Msg.GetDepth()), withMetadata)
+	infos, err := f.s.cfg.Files.ListWith(b.agent, b.path(req.Msg.GetPath()), int(req.Msg.GetDepth()), withMetadata)
 	if err != nil {
 		return nil, fileError(err)
 	}
@@ -68,14 +73,15 @@ func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 // directory is already_exists (the SDK's makeDir then returns false);
 // anything else in the way is invalid_argument.
 func (f *filesystemService) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
-	user, err := requestUser(req.Header())
+	b, err := f.requestUser(req.Header())
 	if err != nil {
 		return nil, err
 	}
-	if err := f.s.cfg.Files.MakeDir(user, req.Msg.GetPath(), true); err != nil {
+	path := b.path(req.Msg.GetPath())
+	if err := f.s.cfg.Files.MakeDirFor(b.agent, path, true, b.owner); err != nil {
 		return nil, fileError(err)
 	}
-	info, err := f.s.cfg.Files.StatWith(user, req.Msg.GetPath(), withMetadata)
+	info, err := f.s.cfg.Files.StatWith(b.agent, path, withMetadata)
 	if err != nil {
 		return nil, fileError(err)
 	}
@@ -85,15 +91,16 @@ func (f *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fi
 // Move renames source to destination, creating the destination's missing
 // parents as envd does, and describes what is there now.
 func (f *filesystemService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
-	user, err := requestUser(req.Header())
+	b, err := f.requestUser(req.Header())
 	if err != nil {
 		return nil, err
 	}
 	m := req.Msg
-	if err := f.s.cfg.Files.MoveWith(user, m.GetSource(), m.GetDestination(), files.MoveOptions{Parents: true}); err != nil {
+	dst := b.path(m.GetDestination())
+	if err := f.s.cfg.Files.MoveWith(b.agent, b.path(m.GetSource()), dst, files.MoveOptions{Parents: true, Owner: b.owner}); err != nil {
 		return nil, fileError(err)
 	}
-	info, err := f.s.cfg.Files.StatWith(user, m.GetDestination(), withMetadata)
+	info, err := f.s.cfg.Files.StatWith(b.agent, dst, withMetadata)
 	if err != nil {
 		return nil, fileError(err)
 	}
@@ -103,11 +110,11 @@ func (f *filesystemService) Move(ctx context.Context, req *connect.Request[files
 // Remove removes a file or a whole tree. A path that does not exist is
 // not an error: envd's callers remove what may already be gone.
 func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
-	user, err := requestUser(req.Header())
+	b, err := f.requestUser(req.Header())
 	if err != nil {
 		return nil, err
 	}
-	err = f.s.cfg.Files.Remove(user, req.Msg.GetPath(), true)
+	err = f.s.cfg.Files.Remove(b.agent, b.path(req.Msg.GetPath()), true)
 	if err != nil && !errors.Is(err, files.ErrNotFound) {
 		return nil, fileError(err)
 	}

@@ -44,7 +44,9 @@ type (
 	Files interface {
 		StatWith(user, path string, o files.InfoOptions) (files.Info, error)
 		ListWith(user, path string, depth int, o files.InfoOptions) ([]files.Info, error)
-		MakeDir(user, path string, parents bool) error
+		MakeDirFor(user, path string, parents bool, owner *files.User) error
+		User(name string) (files.User, error)
+		Agent() string
 		MoveWith(user, from, to string, o files.MoveOptions) error
 		Remove(user, path string, recursive bool) error
 		Open(user, path string) (*files.File, error)

@@ -37,7 +37,7 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	if err != nil {
 		return err
 	}
-	user, err := requestUser(req.Header())
+	b, err := f.requestUser(req.Header())
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 				return err
 			}
 			if req.Msg.GetIncludeEntry() {
-				ev.Entry = s.eventEntry(user, path, ev.GetName())
+				ev.Entry = s.eventEntry(b.agent, path, ev.GetName())
 			}
 			if err := out.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
 				return err
@@ -118,9 +118,8 @@ func envdEvent(dir string, raw []byte) (*filesystem.FilesystemEvent, error) {
 }
 
 // eventEntry describes the entry an event names, in the watched dir, as
-// it is when the event is sent and as the request's user sees it; nil
-// when nothing is there any more (a remove, a rename away) or the user
-// may not look.
+// it is when the event is sent (seen with the agent's rights, as envd
+// sees it); nil when nothing is there any more (a remove, a rename away).
 func (s *Server) eventEntry(user, dir, name string) *filesystem.EntryInfo {
 	if !filepath.IsAbs(name) {
 		name = filepath.Join(dir, name)

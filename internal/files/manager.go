@@ -262,6 +262,13 @@ func (m *Manager) walk(dir string, depth int, top bool, o InfoOptions, out *[]In
 // ErrExists; an existing entry of another type is ErrExists and ErrNotDir
 // (a file is in the way), like a file in the way of a parent is ErrNotDir.
 func (m *Manager) MakeDir(userName, path string, parents bool) error {
+	return m.MakeDirFor(userName, path, parents, nil)
+}
+
+// MakeDirFor is MakeDir that gives the directories it creates to owner
+// (nil: the user's, as created), for one with the agent's rights on a
+// user's behalf (owned.go).
+func (m *Manager) MakeDirFor(userName, path string, parents bool, owner *User) error {
 	u, p, err := m.resolve("mkdir", userName, path)
 	if err != nil {
 		return err
@@ -273,11 +280,13 @@ func (m *Manager) MakeDir(userName, path string, parents bool) error {
 			}
 			return newErr("mkdir", p, ErrExists, ErrNotDir)
 		}
-		mkdir := os.Mkdir
+		var err error
 		if parents {
-			mkdir = os.MkdirAll
+			err = m.mkdirAllFor(p, 0o777, owner)
+		} else if err = os.Mkdir(p, 0o777); err == nil {
+			err = m.giveTo(p, owner)
 		}
-		if err := mkdir(p, 0o777); err != nil {
+		if err != nil {
 			return newErr("mkdir", p, nil, err)
 		}
 		return nil

@@ -26,6 +26,9 @@ type MoveOptions struct {
 	// (0o777 less the umask, owned by the user), once the source is
 	// known to exist.
 	Parents bool
+	// Owner, when set, is given the parent directories Parents creates
+	// (owned.go).
+	Owner *User
 }
 
 // MoveWith is Move with options.
@@ -53,7 +56,7 @@ func (m *Manager) MoveWith(userName, from, to string, o MoveOptions) error {
 			if _, err := os.Lstat(src); err != nil {
 				return newErr("move", src, nil, err)
 			}
-			if err := os.MkdirAll(filepath.Dir(dst), 0o777); err != nil {
+			if err := m.mkdirAllFor(filepath.Dir(dst), 0o777, o.Owner); err != nil {
 				return newErr("move", dst, nil, err)
 			}
 		}

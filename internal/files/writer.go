@@ -35,6 +35,11 @@ type WriteOptions struct {
 	// NoHash leaves Committed.SHA256 empty, for callers that report no
 	// checksum: hashing is up to two fifths of an upload's CPU.
 	NoHash bool
+	// Owner, when set, is given what the write creates: the missing
+	// parent directories and the file when it is new (a replaced file
+	// keeps its owner). For a write with the agent's rights on a user's
+	// behalf (owned.go).
+	Owner *User
 }
 
 // Committed is a file a Writer put in place.
@@ -136,7 +141,7 @@ func (w *Writer) prepare() error {
 	}
 	dir := filepath.Dir(w.path)
 	if w.opts.Parents {
-		if err := os.MkdirAll(dir, 0o777); err != nil {
+		if err := w.m.mkdirAllFor(dir, 0o777, w.opts.Owner); err != nil {
 			return newErr("write", w.path, nil, err)
 		}
 	} else if st, err := os.Stat(dir); err != nil {
@@ -159,6 +164,13 @@ func (w *Writer) createTemp() error {
 		return newErr("write", w.path, nil, err)
 	}
 	w.f = f
+	if !w.existed {
+		if err := w.m.giveTo(w.tmp, w.opts.Owner); err != nil {
+			f.Close()
+			os.Remove(w.tmp)
+			return newErr("write", w.path, nil, err)
+		}
+	}
 	if err := setMetadata(int(f.Fd()), w.path, w.opts.Metadata); err != nil {
 		f.Close()
 		os.Remove(w.tmp)

@@ -202,16 +202,31 @@ test('files: metadata', async () => {
   assert.equal((await sbx.files.getInfo(`${d}/b.txt`)).metadata, undefined)
 })
 
-test('files: as another user', async () => {
-  const d = `${tmp}/files/theirs`
-  await sbx.commands.run(`mkdir -p ${d} && chmod 777 ${d} && chmod 755 ${tmp}/.. ${tmp} ${tmp}/files`)
-  const info = await sbx.files.write(`${d}/mine.txt`, 'x', { user: 'nobody' })
-  assert.equal((await sbx.files.getInfo(info.path)).owner, 'nobody')
-  assert.equal(await sbx.files.makeDir(`${d}/dir`, { user: 'nobody' }), true)
-  assert.equal((await sbx.files.getInfo(`${d}/dir`)).owner, 'nobody')
+test('files: as another user, with envd\'s rights', async () => {
+  // envd runs as root: whichever user the SDK names, files go where root
+  // may put them, and what is created is that user's (E2B's base image has
+  // a user "user"; this machine has nobody).
+  const d = `${tmp}/files/roots`
+  await sbx.commands.run(`mkdir -p ${d} && chmod 755 ${tmp}/.. ${tmp} ${tmp}/files && chmod 700 ${d}`)
+  const written = await sbx.files.write([
+    { path: `${d}/0/multi_test_file0.txt`, data: 'zero' },
+    { path: `${d}/0/multi_test_file1.txt`, data: 'one' },
+  ], { user: 'nobody' })
+  assert.equal(written.length, 2)
+  for (const w of written) assert.equal((await sbx.files.getInfo(w.path)).owner, 'nobody')
+  assert.equal((await sbx.files.getInfo(`${d}/0`)).owner, 'nobody', 'the directory it made')
+  assert.equal((await sbx.files.getInfo(d)).owner, 'root', 'the directory that was there')
+  assert.equal(await sbx.files.read(`${d}/0/multi_test_file0.txt`, { user: 'nobody' }), 'zero')
+  assert.equal(await sbx.files.makeDir(`${d}/dir/sub`, { user: 'nobody' }), true)
+  assert.equal((await sbx.files.getInfo(`${d}/dir/sub`)).owner, 'nobody')
   await sbx.files.write(`${d}/root-only`, 'secret')
   await sbx.commands.run(`chmod 600 ${d}/root-only`)
-  await assert.rejects(sbx.files.read(`${d}/root-only`, { user: 'nobody' }), (e) => /403/.test(e.message))
+  assert.equal(await sbx.files.read(`${d}/root-only`, { user: 'nobody' }), 'secret')
+  // A replaced file keeps its owner.
+  await sbx.files.write(`${d}/root-only`, 'rewritten', { user: 'nobody' })
+  assert.equal((await sbx.files.getInfo(`${d}/root-only`)).owner, 'root')
+  // Commands still run as the user: nobody's own cat may not read it.
+  await assert.rejects(sbx.commands.run(`cat ${d}/root-only`, { user: 'nobody' }), (e) => e.exitCode === 1)
 })
 
 test('watchDir events', async () => {
