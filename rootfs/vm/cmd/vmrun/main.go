@@ -3,7 +3,7 @@
 // does with /v1/init, and prints its URL and the token; ctrl-C stops the
 // VM.
 //
-//	go run ./rootfs/vm/cmd/vmrun [-build build] [-init systemd] [-port 49983]
+//	make vm, or: go build -o build/vmrun ./rootfs/vm/cmd/vmrun && build/vmrun [-build build] [-init systemd] [-port 49983]
 package main
 
 import (
@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/rayito/rayito-agent/client"
 	"github.com/rayito/rayito-agent/rootfs/vm"
@@ -65,6 +66,9 @@ func main() {
 func run(cfg vm.Config, wait time.Duration) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := stopWithParent(); err != nil {
+		return err
+	}
 	started := time.Now()
 	bctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -93,6 +97,21 @@ func run(cfg vm.Config, wait time.Duration) error {
 	case <-v.Exited():
 		return fmt.Errorf("qemu exited; console:\n%s", v.SerialTail())
 	}
+}
+
+// stopWithParent asks for SIGTERM when the runner's parent dies (make
+// killed by its PID, a shell closed), which stops the VM as ctrl-C does:
+// a VM must never outlive whoever started it. QEMU itself dies with the
+// runner (vm.Boot gives it a parent-death signal too).
+func stopWithParent() error {
+	parent := os.Getppid()
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0); err != nil {
+		return fmt.Errorf("parent-death signal: %w", err)
+	}
+	if os.Getppid() != parent {
+		return fmt.Errorf("the runner's parent is gone")
+	}
+	return nil
 }
 
 // giveToken sets the agent's access token with the host's first
