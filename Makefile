@@ -38,7 +38,9 @@ AGENT := $(BIN)
 include rootfs/Makefile.inc
 
 # The agent leaves this machine's clock alone (--set-clock=false): that
-# is only its job inside a sandbox VM.
+# is only its job inside a sandbox VM. --e2b-api answers the e2b SDK's
+# control-plane calls, so an unchanged E2B program runs against it with
+# the three E2B_ variables make run prints.
 run: build
 	@$(call apt_install,$(RUN_PACKAGES))
 	@mkdir -p $(STATE_DIR)
@@ -49,7 +51,8 @@ run: build
 	echo "token: $$token"; \
 	echo "try:   export RAYITO_ACCESS_TOKEN=$$token"; \
 	echo "       $(BIN) exec --url ws://$(LISTEN) -- echo hello"; \
-	RAYITO_ACCESS_TOKEN=$$token exec $(BIN) serve --listen $(LISTEN) --state-dir $(STATE_DIR) --log-level info --set-clock=false
+	echo "e2b:   export E2B_API_URL=http://$(LISTEN) E2B_SANDBOX_URL=http://$(LISTEN) E2B_API_KEY=$$token"; \
+	RAYITO_ACCESS_TOKEN=$$token exec $(BIN) serve --listen $(LISTEN) --state-dir $(STATE_DIR) --log-level info --set-clock=false --e2b-api
 
 # deps installs what the tests need, only when something is missing.
 deps: rootfs-deps

@@ -56,6 +56,9 @@ type config struct {
 	codeInterpListen string
 	// envdOpen serves the envd-compatible API without a token (unsafe).
 	envdOpen bool
+	// e2bAPI answers the e2b SDK's control-plane calls for this agent
+	// (local development; make run).
+	e2bAPI bool
 	// Retention: the budget of every stream's buffers, and how many ended
 	// streams stay attachable.
 	retention stream.Limits
@@ -141,6 +144,7 @@ func parseServe(args []string) (config, error) {
 	fs.StringVar(&c.codeInterpListen, "code-interpreter-listen", envOr("RAYITO_CODE_INTERPRETER_LISTEN", ""), "also serve the code-interpreter API (/execute, /contexts) on this address, such as 127.0.0.1:49999; off by default (env RAYITO_CODE_INTERPRETER_LISTEN)")
 	fs.BoolVar(&c.detectClock, "detect-clock-jump", envBool("RAYITO_DETECT_CLOCK_JUMP", true), "detect resumes from a jump between the RTC and the system clock (env RAYITO_DETECT_CLOCK_JUMP)")
 	fs.StringVar(&c.setClock, "set-clock", envOr("RAYITO_SET_CLOCK", "auto"), "set the wall clock from the host's time_unix_ns: true, false, or auto (only in a sandbox VM image) (env RAYITO_SET_CLOCK)")
+	fs.BoolVar(&c.e2bAPI, "e2b-api", envBool("RAYITO_E2B_API", false), "also answer the e2b SDK's control-plane calls (create, connect, timeout, kill) for this agent, so E2B_API_URL can point here: for local development (make run), never in an image (env RAYITO_E2B_API)")
 	fs.BoolVar(&c.envdOpen, "envd-open", envBool("RAYITO_ENVD_OPEN", false), "UNSAFE: serve the envd-compatible API without an access token, to anyone who reaches the port (env RAYITO_ENVD_OPEN)")
 	budgetDefault := envOr("RAYITO_RETENTION_BUDGET", "")
 	fs.StringVar(&budgetDefault, "retention-budget", budgetDefault, "memory the buffers of all streams may hold together, such as 64MiB or 1GiB (env RAYITO_RETENTION_BUDGET; default a sixteenth of memory, "+stream.FormatBytes(stream.DefaultBudget())+" here)")
@@ -492,6 +496,10 @@ func buildSurfaces(cfg config, log *zap.Logger, m *managers) *surface.Server {
 	}).Surface())
 	if cfg.envdOpen {
 		log.Warn("the envd API is open: anyone who reaches the port can run commands without a token")
+	}
+	if cfg.e2bAPI {
+		srv.Mount(envdapi.NewControlPlane(auth, "local", func(env map[string]string) { m.defaults.Set("", "", env) }).Surface())
+		log.Info("answering the e2b SDK's control-plane calls (--e2b-api): E2B_API_URL may point at this agent")
 	}
 	srv.Mount(jupyterapi.New(jupyterapi.Options{Kernels: m.kernels, Traffic: m.counter, Cuts: m.cuts, Logger: log, Origins: cfg.origins}).Surface())
 	srv.Mount(codeinterp.New(codeinterp.Options{Kernels: m.kernels, Cuts: m.cuts, Logger: log}).Surface())

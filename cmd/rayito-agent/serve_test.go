@@ -93,11 +93,15 @@ func TestParseServe(t *testing.T) {
 	}
 }
 
-// The envd API's open mode is off unless an operator asks for it.
+// The envd API's open mode is off unless an operator asks for it, and
+// so is the e2b control plane (make run asks for it).
 func TestParseServeEnvdOpen(t *testing.T) {
 	c, err := parseServe(nil)
-	if err != nil || c.envdOpen {
-		t.Fatalf("open by default: %+v, %v", c, err)
+	if err != nil || c.envdOpen || c.e2bAPI {
+		t.Fatalf("open, or the e2b API on, by default: %+v, %v", c, err)
+	}
+	if c, err := parseServe([]string{"--e2b-api"}); err != nil || !c.e2bAPI {
+		t.Fatalf("--e2b-api: %+v, %v", c, err)
 	}
 	t.Setenv("RAYITO_ENVD_OPEN", "true")
 	if c, err = parseServe(nil); err != nil || !c.envdOpen {

@@ -232,3 +232,31 @@ func wsResult(ctx context.Context, t *testing.T, ws *websocket.Conn, code string
 	}
 	return result
 }
+
+// TestE2BAPIFlag: with --e2b-api the agent answers the e2b SDK's create
+// with its own token; without, nothing answers there.
+func TestE2BAPIFlag(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		var flags []string
+		if on {
+			flags = append(flags, "--e2b-api")
+		}
+		a := startAgentProc(t, flags...)
+		req, _ := http.NewRequest("POST", "http://"+a.addr+"/v2/sandboxes", strings.NewReader(`{"templateID":"base"}`))
+		req.Header.Set("X-API-KEY", benchToken)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sbx map[string]any
+		json.NewDecoder(res.Body).Decode(&sbx)
+		res.Body.Close()
+		switch {
+		case on && (res.StatusCode != http.StatusCreated || sbx["envdAccessToken"] != benchToken):
+			t.Fatalf("--e2b-api: create answered %d %v", res.StatusCode, sbx)
+		case !on && res.StatusCode != http.StatusNotFound:
+			t.Fatalf("without --e2b-api: create answered %d %v", res.StatusCode, sbx)
+		}
+		a.stop()
+	}
+}

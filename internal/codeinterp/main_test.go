@@ -13,6 +13,7 @@ import (
 
 	"github.com/rayito/rayito-agent/internal/codeinterp"
 	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/envdapi"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/proc/proctest"
@@ -71,9 +72,12 @@ func newAgent(t testing.TB) *agent {
 	}
 	a.resumer, a.cuts = resumer, cuts
 	api := codeinterp.New(codeinterp.Options{Kernels: kernels, Cuts: cuts})
-	kit := surface.New(surface.Options{Auth: surface.NewAuth(testToken), Traffic: counter})
+	auth := surface.NewAuth(testToken)
+	kit := surface.New(surface.Options{Auth: auth, Traffic: counter})
 	kit.Mount(endpoint.New(endpoint.Config{Streams: streams, Traffic: counter, Kernels: kernels, Cuts: cuts}).Surface())
 	kit.Mount(api.Surface())
+	// As make run serves it (--e2b-api): the SDK's control-plane calls.
+	kit.Mount(envdapi.NewControlPlane(auth, "local", func(map[string]string) {}).Surface())
 	hs := surfacetest.Serve(t, kit.Handler(), kit.Shutdown, func() {
 		kernels.Close()
 		streams.Close()

@@ -40,3 +40,16 @@ func TestE2BCodeInterpreter(t *testing.T) {
 		t.Fatalf("kernels left: %+v, want the default one only", ks)
 	}
 }
+
+// TestE2BCodeInterpreterLocalPath: an unchanged program, configured only
+// by the three environment variables make run prints, runs
+// Sandbox.create() and runCode against the agent (nodetest/local.mjs).
+func TestE2BCodeInterpreterLocalPath(t *testing.T) {
+	nodetest.Require(t, "nodetest", "@e2b/code-interpreter")
+	a := newAgent(t)
+	out := nodetest.Run(t, reaper, "nodetest", "local.mjs", []string{
+		"E2B_API_URL=" + a.url, "E2B_SANDBOX_URL=" + a.url, "E2B_API_KEY=" + testToken,
+		"E2B_DEBUG=", "E2B_ACCESS_TOKEN=", "E2B_DOMAIN=",
+	})
+	t.Logf("%s", out)
+}

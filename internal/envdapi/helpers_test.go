@@ -76,6 +76,8 @@ type agentOptions struct {
 	smallBuffers bool
 	// user is who processes run as when a request names nobody.
 	user string
+	// e2bAPI mounts the control plane (--e2b-api).
+	e2bAPI bool
 }
 
 // smallBuffer is the socket buffer size of smallBuffers.
@@ -112,6 +114,9 @@ func newAgent(t testing.TB, o agentOptions) *agent {
 	envd := envdapi.New(envdapi.Config{Auth: auth, Streams: streams, Procs: procs, PTYs: ptys, Watches: watches,
 		Users: defaults, Files: fileMgr, Cuts: cuts, Open: o.open})
 	kit.Mount(envd.Surface())
+	if o.e2bAPI {
+		kit.Mount(envdapi.NewControlPlane(auth, "local", func(env map[string]string) { defaults.Set("", "", env) }).Surface())
+	}
 	hs := httptest.NewUnstartedServer(kit.Handler())
 	httpClient := http.DefaultClient
 	if o.smallBuffers {

@@ -69,3 +69,16 @@ func TestSDK(t *testing.T) {
 	}, "--test-reporter=spec", "envd.test.mjs")
 	t.Logf("%s", out)
 }
+
+// TestSDKLocalPath: an unchanged program, configured only by the three
+// environment variables make run prints, runs Sandbox.create() and what
+// follows against an agent with --e2b-api (nodetest/local.mjs).
+func TestSDKLocalPath(t *testing.T) {
+	needNode(t)
+	a := newAgent(t, agentOptions{e2bAPI: true})
+	out := nodetest.Run(t, testReaper(t), nodeDir, "local.mjs", []string{
+		"E2B_API_URL=" + a.url, "E2B_SANDBOX_URL=" + a.url, "E2B_API_KEY=" + nativeToken,
+		"E2B_DEBUG=", "E2B_ACCESS_TOKEN=", "E2B_DOMAIN=",
+	})
+	t.Logf("%s", out)
+}
