@@ -112,17 +112,33 @@ func runPTY(args []string, stdin, stdout *os.File, stderr io.Writer) int {
 }
 
 // forwardInput copies stdin to the terminal. Piped input ends with a
-// Ctrl-D, the end of input a line-reading program understands.
+// Ctrl-D, the end of input a line-reading program understands, sent again
+// every eotEvery while the program runs: a Ctrl-D that arrives before the
+// program reads (a shell still starting) is a zero-length line in the
+// terminal's canonical mode, which vanishes when the program switches the
+// terminal to raw mode, as readline does; and a stdin that has ended
+// reads as ended every time.
 func forwardInput(stdin io.Reader, p *client.PTY, interactive bool) error {
 	if _, err := io.Copy(p, stdin); err != nil {
 		return err
 	}
-	if !interactive {
-		_, err := p.Write([]byte{eot})
-		return err
+	if interactive {
+		return nil
 	}
-	return nil
+	for {
+		if _, err := p.Write([]byte{eot}); err != nil {
+			return err
+		}
+		select {
+		case <-p.Done():
+			return nil
+		case <-time.After(eotEvery):
+		}
+	}
 }
+
+// eotEvery paces the Ctrl-Ds of piped input that has ended.
+const eotEvery = time.Second
 
 // callSoon makes a call to the agent with a bound, ignoring its error: a
 // resize or signal that fails because the program just ended is moot.

@@ -99,6 +99,16 @@ func TestPTYCommandPiped(t *testing.T) {
 	if code := runPTY([]string{"--url", url, "--user", "no-such-user-rayito"}, in, out, &errb); code != exitClientError {
 		t.Fatalf("unknown user: exit %d", code)
 	}
+	// An empty stdin ends an interactive shell (bash, with readline),
+	// however early its Ctrl-D arrives: a script's `rayito-agent pty`.
+	empty, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Close()
+	if code := runPTY([]string{"--url", url, "--", "bash", "-i"}, empty, out, &errb); code != 0 {
+		t.Fatalf("bash -i with an empty stdin: exit %d: %s", code, errb.String())
+	}
 }
 
 // TestPTYCommandInteractive runs the command on a local terminal: raw
