@@ -49,8 +49,8 @@ run: build
 	@token="$${RAYITO_ACCESS_TOKEN:-$$(cat $(DEV_TOKEN_FILE))}"; \
 	echo "rayito-agent $(VERSION) on ws://$(LISTEN)"; \
 	echo "token: $$token"; \
-	echo "try:   export RAYITO_ACCESS_TOKEN=$$token"; \
-	echo "       $(BIN) exec --url ws://$(LISTEN) -- echo hello"; \
+	echo "try:   export RAYITO_ACCESS_TOKEN=$$token RAYITO_URL=ws://$(LISTEN)"; \
+	echo "       $(BIN) exec -- echo hello"; \
 	echo "e2b:   export E2B_API_URL=http://$(LISTEN) E2B_SANDBOX_URL=http://$(LISTEN) E2B_API_KEY=$$token"; \
 	RAYITO_ACCESS_TOKEN=$$token exec $(BIN) serve --listen $(LISTEN) --state-dir $(STATE_DIR) --log-level info --set-clock=false --e2b-api
 

@@ -15,8 +15,9 @@ import (
 	"github.com/rayito/rayito-agent/client"
 )
 
-// defaultURL is where client subcommands find the agent.
-const defaultURL = "ws://127.0.0.1:49983"
+// defaultURL is where client subcommands find the agent without --url:
+// RAYITO_URL, else the address make run serves on.
+var defaultURL = envOr("RAYITO_URL", "ws://127.0.0.1:49983")
 
 // exitClientError is the exit code of a client command that failed on its
 // own (bad flags, no agent), as opposed to the command it ran.

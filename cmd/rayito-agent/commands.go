@@ -111,8 +111,8 @@ func usage(w io.Writer) {
 	tw.Flush()
 	fmt.Fprint(w, `
 With no command, or flags first, it serves (rayito-agent serve -h for its flags).
-Client commands take --url (default `+defaultURL+`) and read the token from
-RAYITO_ACCESS_TOKEN. rayito-agent COMMAND -h describes each.
+Client commands take --url (default RAYITO_URL, else ws://127.0.0.1:49983)
+and read the token from RAYITO_ACCESS_TOKEN. rayito-agent COMMAND -h describes each.
 `)
 }
 
