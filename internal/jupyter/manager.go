@@ -305,15 +305,24 @@ func (k *Kernel) lostReason() string {
 
 // InputReply answers the input_request a cell stream is waiting on.
 func (m *Manager) InputReply(streamID uint64, value string) error {
+	c, err := m.cellOf(streamID)
+	if err != nil {
+		return err
+	}
+	return c.reply(value)
+}
+
+// cellOf is the cell of stream streamID.
+func (m *Manager) cellOf(streamID uint64) (*cell, error) {
 	s := m.reg.Get(streamID)
 	if s == nil {
-		return wire.Errorf(wire.CodeNotFound, "no stream %d", streamID)
+		return nil, wire.Errorf(wire.CodeNotFound, "no stream %d", streamID)
 	}
 	c, ok := s.Control.(*cell)
 	if !ok {
-		return wire.Errorf(wire.CodeBadRequest, "stream %d is a %s stream, not a cell", streamID, s.Kind)
+		return nil, wire.Errorf(wire.CodeBadRequest, "stream %d is a %s stream, not a cell", streamID, s.Kind)
 	}
-	return c.reply(value)
+	return c, nil
 }
 
 // CancelCell stops cell stream streamID for why (its client went away):
@@ -321,13 +330,9 @@ func (m *Manager) InputReply(streamID uint64, value string) error {
 // kernel interrupted, as a timeout does. A cell that already ended is
 // left as it is.
 func (m *Manager) CancelCell(streamID uint64, why string) error {
-	s := m.reg.Get(streamID)
-	if s == nil {
-		return wire.Errorf(wire.CodeNotFound, "no stream %d", streamID)
-	}
-	c, ok := s.Control.(*cell)
-	if !ok {
-		return wire.Errorf(wire.CodeBadRequest, "stream %d is a %s stream, not a cell", streamID, s.Kind)
+	c, err := m.cellOf(streamID)
+	if err != nil {
+		return err
 	}
 	c.cancel(why)
 	return nil
