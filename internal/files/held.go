@@ -13,8 +13,8 @@ import (
 // open for as long as its client takes to read it, and the agent's
 // connection limit leaves only part of the process's descriptors to
 // everything else (processes, pipes, kernels, files). A download whose
-// file would go past heldFiles waits for one to close, then is refused
-// with ErrBusy.
+// file would go past the budget (heldBudget) waits for one to close, then
+// is refused with ErrBusy.
 
 // heldWait is how long an open waits for a descriptor of the budget (a
 // variable for tests).

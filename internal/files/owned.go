@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 )
 
 // Acting with the agent's rights on a user's behalf, as E2B's envd (which
@@ -15,7 +16,7 @@ import (
 
 // Agent is the name (its uid) that resolves to the agent's own identity,
 // for operations with its rights.
-func (m *Manager) Agent() string { return itoa(m.self.uid) }
+func (m *Manager) Agent() string { return strconv.FormatUint(uint64(m.self.uid), 10) }
 
 // giveTo gives path to owner, unless owner is nil or the agent itself
 // (who created it).
@@ -59,17 +60,4 @@ func (m *Manager) mkdirAllFor(dir string, perm fs.FileMode, owner *User) error {
 		}
 	}
 	return nil
-}
-
-func itoa(n uint32) string {
-	if n == 0 {
-		return "0"
-	}
-	var b [10]byte
-	i := len(b)
-	for ; n > 0; n /= 10 {
-		i--
-		b[i] = byte('0' + n%10)
-	}
-	return string(b[i:])
 }
