@@ -203,7 +203,7 @@ var nodeDirs = map[string]string{
 
 var (
 	importFrom = regexp.MustCompile(`(?m)^import .* from '([^']+)'`)
-	claim      = regexp.MustCompile(`(?m)^(.*;)\s*// (\S+) === (.+)$`)
+	claim      = regexp.MustCompile(`(?m)^(\s*\S.*?)\s+// (\S+) === (.+)$`)
 )
 
 // runJSSnippet runs a js block as an ES module, beside the pinned
