@@ -129,6 +129,16 @@ func ctxLong(t testing.TB) context.Context {
 	return ctx
 }
 
+// ctxCuts bounds a test that reconnects a thousand times: each cut waits
+// for a reconnect, which a loaded machine with the race detector slows
+// far more than a single call (TestStdinSurvivesCuts took 33 s once in
+// make test, past waitLong).
+func ctxCuts(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // result is everything a process produced.
 type result struct {
 	stdout, stderr []byte

@@ -63,7 +63,7 @@ func TestStdinSurvivesCuts(t *testing.T) {
 	proxy := newTCPProxy(t, strings.TrimPrefix(a.url, "ws://"))
 	var reconnects atomic.Int32
 	c := dialURL(t, proxy.url(), client.Options{OnReconnect: func(uint64) { reconnects.Add(1) }})
-	ctx := ctxLong(t)
+	ctx := ctxCuts(t)
 	data := randomBytes(64<<20, 11)
 	p, err := c.Exec(ctx, client.ExecOptions{Argv: []string{"sha256sum"}, Stdin: true})
 	must(t, err)
@@ -95,7 +95,7 @@ func TestPTYInputSurvivesCuts(t *testing.T) {
 	proxy := newTCPProxy(t, strings.TrimPrefix(a.url, "ws://"))
 	var reconnects atomic.Int32
 	c := dialURL(t, proxy.url(), client.Options{OnReconnect: func(uint64) { reconnects.Add(1) }})
-	ctx := ctxLong(t)
+	ctx := ctxCuts(t)
 	file := filepath.Join(t.TempDir(), "typed")
 	rng := rand.New(rand.NewSource(5))
 	typed := make([]byte, 256<<10)
