@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -43,18 +42,7 @@ func TestMaxKernels(t *testing.T) {
 	base := "http://" + a.addr
 	do := func(method, path, body string, header ...string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
+		return httpDo(t, method, base+path, body, append([]string{"Content-Type", "application/json"}, header...)...)
 	}
 	jupyter := []string{"Authorization", "token " + benchToken}
 	e2b := []string{"X-Access-Token", benchToken}

@@ -32,20 +32,7 @@ func TestSurfacesMounted(t *testing.T) {
 
 	do := func(method, url, body string, header ...string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequest(method, url, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
+		return httpDo(t, method, url, body, header...)
 	}
 	jupyterAuth := []string{"Authorization", "token surface-token"}
 	e2bAuth := []string{"X-Access-Token", "surface-token"}
@@ -259,4 +246,24 @@ func TestE2BAPIFlag(t *testing.T) {
 		}
 		a.stop()
 	}
+}
+
+// httpDo sends one request with the given header pairs and returns the
+// status and the body.
+func httpDo(t *testing.T, method, url, body string, header ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
 }

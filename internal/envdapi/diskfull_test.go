@@ -8,13 +8,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // An upload that fails early (the disk fills after a megabyte of a
@@ -25,14 +22,7 @@ import (
 // which resets the connection and loses the answer.
 func TestFilesUploadDiskFullAnswerArrives(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs")
-	}
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, 0) })
+	dir := smallTmpfs(t)
 	a := newAgent(t, agentOptions{})
 	addr := strings.TrimPrefix(a.url, "http://")
 	target := filepath.Join(dir, "f")

@@ -297,16 +297,7 @@ func TestFilesUploadMultipart(t *testing.T) {
 // NotEnoughSpaceError, and leaves the old file.
 func TestFilesUploadDiskFull(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs")
-	}
-	dir := t.TempDir()
-	// By system call: a mount command's exit could be reaped by the
-	// package's reaper before its Wait.
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, 0) })
+	dir := smallTmpfs(t)
 	a := newAgent(t, agentOptions{})
 	target := filepath.Join(dir, "f")
 	mustWrite(t, target, "old")
@@ -437,4 +428,20 @@ func TestFilesUploadTooManyParts(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Fatalf("a refused upload left %d entries", len(entries))
 	}
+}
+
+// smallTmpfs mounts a 1 MiB tmpfs for the test (root only: skipped
+// otherwise), by system call: a mount command's exit could be reaped by
+// the package's reaper before its Wait.
+func smallTmpfs(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, 0) })
+	return dir
 }
