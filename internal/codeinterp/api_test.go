@@ -170,15 +170,7 @@ func TestContextsAreKernels(t *testing.T) {
 func TestResumeEndsExecution(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t)
-	gate := filepath.Join(t.TempDir(), "gate")
-	code := "import os, time\nprint('before', flush=True)\nwhile not os.path.exists(" + pyString(gate) + "): time.sleep(0.02)\nprint('after')"
-	body, _ := json.Marshal(map[string]string{"code": code})
-	req, _ := http.NewRequest("POST", a.url+"/execute", strings.NewReader(string(body)))
-	req.Header.Set("X-Access-Token", testToken)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gate, res := executeGated(t, a)
 	defer res.Body.Close()
 	sc := bufio.NewScanner(res.Body)
 	next := func() line {
@@ -349,15 +341,7 @@ func TestResumeKeepsExecutionStartedUnderItsGeneration(t *testing.T) {
 func TestClientGoneAtAResume(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t)
-	gate := filepath.Join(t.TempDir(), "gate")
-	code := "import os, time\nprint('before', flush=True)\nwhile not os.path.exists(" + pyString(gate) + "): time.sleep(0.02)\nprint('after')"
-	body, _ := json.Marshal(map[string]string{"code": code})
-	req, _ := http.NewRequest("POST", a.url+"/execute", strings.NewReader(string(body)))
-	req.Header.Set("X-Access-Token", testToken)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gate, res := executeGated(t, a)
 	if sc := bufio.NewScanner(res.Body); !sc.Scan() || !strings.Contains(sc.Text(), "before") {
 		t.Fatalf("first line %q", sc.Text())
 	}
@@ -384,4 +368,21 @@ func TestClientGoneAtAResume(t *testing.T) {
 	if end := cells[0].Ended(); end.Status != "ok" {
 		t.Fatalf("the cell ended %+v", end)
 	}
+}
+
+// executeGated starts, through /execute, a cell that prints "before",
+// waits until the gate file exists, then prints "after"; it returns the
+// gate and the open response.
+func executeGated(t *testing.T, a *agent) (gate string, res *http.Response) {
+	t.Helper()
+	gate = filepath.Join(t.TempDir(), "gate")
+	code := "import os, time\nprint('before', flush=True)\nwhile not os.path.exists(" + pyString(gate) + "): time.sleep(0.02)\nprint('after')"
+	body, _ := json.Marshal(map[string]string{"code": code})
+	req, _ := http.NewRequest("POST", a.url+"/execute", strings.NewReader(string(body)))
+	req.Header.Set("X-Access-Token", testToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gate, res
 }
