@@ -50,6 +50,9 @@ type channelConn struct {
 	written atomic.Uint64 // the relay's cursor after the last message written to the client
 	// untrack leaves the resume cut's registry.
 	untrack func()
+	// done is closed once the relay is parked or closed: a newer
+	// websocket of the session may take it over (park.go).
+	done chan struct{}
 }
 
 // serveChannels upgrades to the kernel websocket. The client offers the
@@ -68,6 +71,7 @@ func (s *Server) serveChannels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	session := r.URL.Query().Get("session_id")
+	s.replaceStale(k.ID(), session)
 	var st *stream.Stream
 	p := s.unpark(k.ID(), session)
 	if p != nil {
@@ -104,7 +108,8 @@ func (s *Server) serveChannels(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(maxFrame)
 	c := &channelConn{
 		s: s, ws: ws, relay: rel, att: att, kernel: k.ID(), v1: ws.Subprotocol() == v1Protocol, session: session, st: st,
-		log: s.log.With(zap.String("kernel", k.ID()), zap.Uint64("relay", st.ID)),
+		log:  s.log.With(zap.String("kernel", k.ID()), zap.Uint64("relay", st.ID)),
+		done: make(chan struct{}),
 	}
 	if !s.track(c) {
 		ws.Close(websocket.StatusGoingAway, "the agent is shutting down")
@@ -123,6 +128,9 @@ func (s *Server) track(c *channelConn) bool {
 		return false
 	}
 	s.conns[c] = struct{}{}
+	if c.session != "" {
+		s.open[parkKey(c.kernel, c.session)] = c
+	}
 	_, c.untrack = s.o.Cuts.Track(c)
 	if s.o.Traffic != nil {
 		s.o.Traffic.ConnOpened()
@@ -134,6 +142,9 @@ func (s *Server) untrack(c *channelConn) {
 	c.untrack()
 	s.mu.Lock()
 	delete(s.conns, c)
+	if key := parkKey(c.kernel, c.session); s.open[key] == c {
+		delete(s.open, key)
+	}
 	s.mu.Unlock()
 	if s.o.Traffic != nil {
 		s.o.Traffic.ConnClosed()
@@ -156,6 +167,7 @@ func (c *channelConn) run() {
 	if !c.s.park(c.kernel, c.session, c.st, c.relay, map[string]uint64{jupyter.EventsChannel: c.written.Load()}) {
 		c.relay.Close()
 	}
+	close(c.done)
 	c.ws.CloseNow()
 }
 

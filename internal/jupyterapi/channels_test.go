@@ -44,13 +44,19 @@ var clientCount atomic.Int64
 
 func (a *agent) dialKernel(t testing.TB, kernelID string, offerV1 bool) *wsClient {
 	t.Helper()
+	return a.dialSession(t, kernelID, fmt.Sprintf("%s-%d", t.Name(), clientCount.Add(1)), offerV1)
+}
+
+// dialSession opens a kernel websocket of the given session: a client
+// reconnecting names its session again.
+func (a *agent) dialSession(t testing.TB, kernelID, session string, offerV1 bool) *wsClient {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	opts := &websocket.DialOptions{}
 	if offerV1 {
 		opts.Subprotocols = []string{"v1.kernel.websocket.jupyter.org"}
 	}
-	session := fmt.Sprintf("%s-%d", t.Name(), clientCount.Add(1))
 	u := "ws" + strings.TrimPrefix(a.url, "http") + "api/kernels/" + kernelID + "/channels?session_id=" + session + "&token=" + testToken
 	c, _, err := websocket.Dial(ctx, u, opts)
 	if err != nil {
@@ -313,9 +319,15 @@ func TestResumeClosesWebsocketsWith1012(t *testing.T) {
 			break
 		}
 	}
-	eventually(t, "the cut websocket's relay is closed", func() bool { return k.Connections() == 0 })
-	// A client reconnects and finds its kernel as it was.
-	w = a.dialKernel(t, k.UUID(), true)
+	// The cut websocket's relay waits for the session's next websocket;
+	// the client is no longer connected meanwhile.
+	eventually(t, "the kernel model says 0 connections", func() bool { return a.connections(t, k.UUID()) == 0 })
+	// The client reconnects with its session and finds its kernel as it
+	// was, through the relay it had: one connection, not two.
+	w = a.dialSession(t, k.UUID(), w.session, true)
+	if n := k.Connections(); n != 1 {
+		t.Fatalf("%d relays after the reconnect, want the parked one taken over", n)
+	}
 	id = w.send("shell", "execute_request", executeContent("kept"))
 	var result string
 	for _, m := range w.until(isReply(id, "execute_reply")) {
@@ -330,6 +342,40 @@ func TestResumeClosesWebsocketsWith1012(t *testing.T) {
 	}
 	if !strings.Contains(result, "across the resume") {
 		t.Fatalf("after the resume: %s", result)
+	}
+}
+
+// A client that reconnects before the agent noticed its old websocket
+// close (a network that dropped silently) replaces it: the old one is
+// closed and its requests in flight answer on the new one.
+func TestReconnectReplacesStaleWebsocket(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t, false)
+	k := a.startKernel(t)
+	old := a.dialKernel(t, k.UUID(), true)
+	id := old.send("shell", "execute_request", executeContent("import time; time.sleep(1); print('late')"))
+	old.until(func(m msg) bool { return m.msgType() == "status" && m.parentID() == id })
+
+	w := a.dialSession(t, k.UUID(), old.session, true)
+	if _, err := old.read(); err == nil {
+		// Whatever was on its way; the next read finds it closed.
+		for err == nil {
+			_, err = old.read()
+		}
+	}
+	if n := k.Connections(); n != 1 {
+		t.Fatalf("%d relays after the replacement, want 1", n)
+	}
+	var out string
+	for _, m := range w.until(isReply(id, "execute_reply")) {
+		if m.parentID() == id && m.msgType() == "stream" {
+			var c struct{ Text string }
+			json.Unmarshal(m.Content, &c)
+			out += c.Text
+		}
+	}
+	if out != "late\n" {
+		t.Fatalf("the new websocket got stdout %q of the cell sent on the old one", out)
 	}
 }
 

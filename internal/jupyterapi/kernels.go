@@ -20,11 +20,14 @@ type kernelModel struct {
 	Connections    int    `json:"connections"`
 }
 
-func modelOf(k *jupyter.Kernel) kernelModel {
+// modelOf is k's model. Its connections are the open relays but the
+// parked ones: as in jupyter_server, a client whose websocket closed is
+// no longer connected, though its requests' replies are kept for it.
+func (s *Server) modelOf(k *jupyter.Kernel) kernelModel {
 	info := k.Info()
 	return kernelModel{
 		ID: info.UUID, Name: info.Name, LastActivity: isoTime(k.LastActivity()),
-		ExecutionState: executionState(info.State), Connections: k.Connections(),
+		ExecutionState: executionState(info.State), Connections: max(0, k.Connections()-s.parkedOf(k.ID())),
 	}
 }
 
@@ -45,7 +48,7 @@ func (s *Server) listKernels(w http.ResponseWriter, r *http.Request) {
 	out := []kernelModel{}
 	for _, info := range s.o.Kernels.List() {
 		if k, err := s.o.Kernels.Get(info.Kernel); err == nil {
-			out = append(out, modelOf(k))
+			out = append(out, s.modelOf(k))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -66,7 +69,7 @@ func (s *Server) startKernel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/api/kernels/"+url.PathEscape(k.UUID()))
-	writeJSON(w, http.StatusCreated, modelOf(k))
+	writeJSON(w, http.StatusCreated, s.modelOf(k))
 }
 
 // kernel finds the path's kernel, or answers 404.
@@ -81,7 +84,7 @@ func (s *Server) kernel(w http.ResponseWriter, r *http.Request) (*jupyter.Kernel
 
 func (s *Server) getKernel(w http.ResponseWriter, r *http.Request) {
 	if k, ok := s.kernel(w, r); ok {
-		writeJSON(w, http.StatusOK, modelOf(k))
+		writeJSON(w, http.StatusOK, s.modelOf(k))
 	}
 }
 
@@ -119,7 +122,7 @@ func (s *Server) restartKernel(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, modelOf(k))
+	writeJSON(w, http.StatusOK, s.modelOf(k))
 }
 
 // specModel is jupyter_server's kernelspec model.

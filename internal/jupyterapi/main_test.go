@@ -2,6 +2,7 @@ package jupyterapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -150,3 +151,14 @@ func (a *agent) doAuth(t testing.TB, method, path, body string, header ...string
 type sessionsFunc func(ctx context.Context, gen uint64)
 
 func (f sessionsFunc) CutForResume(ctx context.Context, gen uint64) { f(ctx, gen) }
+
+// connections is the kernel model's connections, as a client reads it.
+func (a *agent) connections(t testing.TB, kernelID string) int {
+	t.Helper()
+	res, body := a.do(t, "GET", "api/kernels/"+kernelID, "")
+	var m struct{ Connections int }
+	if res.StatusCode != http.StatusOK || json.Unmarshal([]byte(body), &m) != nil {
+		t.Fatalf("GET api/kernels/%s: %d %s", kernelID, res.StatusCode, body)
+	}
+	return m.Connections
+}

@@ -1,7 +1,10 @@
 package jupyterapi
 
 import (
+	"strings"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/stream"
@@ -16,9 +19,22 @@ import (
 // the kernel sends for its requests, and the next websocket of that
 // session takes it over and sends what the last one had not written.
 // jupyter_server buffers a session's messages the same way.
+//
+// A client may reconnect before the agent saw its old websocket close (a
+// network that dropped silently, or the new one simply won the race with
+// the old one's teardown): the new websocket then closes the old one and
+// waits until it has parked, as jupyter_server replaces a stale
+// connection of the same session, so the session's requests in flight
+// follow the client instead of waiting in a parked relay nobody takes.
 
-// parkFor is how long a relay waits for its session's next websocket.
-const parkFor = 60 * time.Second
+const (
+	// parkFor is how long a relay waits for its session's next websocket.
+	parkFor = 60 * time.Second
+	// staleWait bounds the wait for a replaced websocket to park: its
+	// teardown is a few channel operations, unless its writer is blocked
+	// in a write to a dead peer (CloseNow ends that too).
+	staleWait = 5 * time.Second
+)
 
 type parked struct {
 	st    *stream.Stream
@@ -53,6 +69,40 @@ func (s *Server) park(kernel, session string, st *stream.Stream, rel relay, from
 	})
 	s.parked[key] = p
 	return true
+}
+
+// replaceStale closes the session's open websocket, if it has one, and
+// waits until its relay is parked for the caller.
+func (s *Server) replaceStale(kernel, session string) {
+	if session == "" {
+		return
+	}
+	s.mu.Lock()
+	old := s.open[parkKey(kernel, session)]
+	s.mu.Unlock()
+	if old == nil {
+		return
+	}
+	old.log.Info("a new websocket of the session replaces this one", zap.String("session", session))
+	old.ws.CloseNow()
+	select {
+	case <-old.done:
+	case <-time.After(staleWait):
+		old.log.Warn("the replaced websocket did not end in time; its relay is not taken over")
+	}
+}
+
+// parkedOf counts the kernel's parked relays.
+func (s *Server) parkedOf(kernel string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for key := range s.parked {
+		if strings.HasPrefix(key, kernel+"\x00") {
+			n++
+		}
+	}
+	return n
 }
 
 // unpark takes the session's parked relay, if there is a live one.

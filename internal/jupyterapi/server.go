@@ -80,7 +80,8 @@ type Server struct {
 
 	mu      sync.Mutex
 	conns   map[*channelConn]struct{}
-	parked  map[string]*parked // relays waiting for their session's next websocket
+	parked  map[string]*parked      // relays waiting for their session's next websocket
+	open    map[string]*channelConn // the open websocket of each session (park.go)
 	closing bool
 }
 
@@ -89,7 +90,7 @@ func New(o Options) *Server {
 	if o.Cuts == nil {
 		o.Cuts = surface.NewCuts(nil)
 	}
-	s := &Server{o: o, log: o.Logger, conns: map[*channelConn]struct{}{}, parked: map[string]*parked{}}
+	s := &Server{o: o, log: o.Logger, conns: map[*channelConn]struct{}{}, parked: map[string]*parked{}, open: map[string]*channelConn{}}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}

@@ -95,7 +95,7 @@ func (s *Server) model(ss session) (sessionModel, bool) {
 		s.sessions.remove(ss.ID)
 		return sessionModel{}, false
 	}
-	m := sessionModel{ID: ss.ID, Path: ss.Path, Name: ss.Name, Type: ss.Type, Kernel: modelOf(k)}
+	m := sessionModel{ID: ss.ID, Path: ss.Path, Name: ss.Name, Type: ss.Type, Kernel: s.modelOf(k)}
 	m.Notebook.Path, m.Notebook.Name = ss.Path, ss.Name
 	return m, true
 }
