@@ -2,6 +2,8 @@ package envdapi_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -207,23 +209,31 @@ func TestSendInputWaitsForRoom(t *testing.T) {
 		t.Fatalf("the program read %s bytes, want %d", got, 6*len(chunk))
 	}
 
-	// Calls whose client stops waiting first leave nothing behind: the
-	// program counts exactly the bytes of the calls that succeeded.
-	s2, pid2 := started(t, a, withStdin(startReq("sleep 4; wc -c")))
-	ok, failed := 0, 0
-	for failed == 0 && ok < 64 {
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// A call whose client stops waiting for room leaves nothing behind:
+	// the program counts exactly the bytes of the calls that succeeded.
+	// It reads only once the test says so, so the queue stays full for
+	// as long as the test needs, however slow the machine.
+	gate := filepath.Join(t.TempDir(), "read-now")
+	s2, pid2 := started(t, a, withStdin(startReq("while [ ! -e "+gate+" ]; do sleep 0.05; done; wc -c")))
+	// Calls go in until the queue is full; the one that finds it full
+	// waits for room and gives up. Its bound is far above what a call
+	// that fits takes on a loaded machine, so only the waiting one fails.
+	ok := 0
+	for ; ok < 64; ok++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := a.pc.SendInput(ctx, authed(connect.NewRequest(&process.SendInputRequest{
 			Process: byPid(pid2), Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte(chunk)}}})))
 		cancel()
 		if err != nil {
-			failed++
-		} else {
-			ok++
+			wantCode(t, err, connect.CodeDeadlineExceeded, "")
+			break
 		}
 	}
-	if failed == 0 {
+	if ok == 64 {
 		t.Fatalf("%d calls of %d bytes went in before the program read anything", ok, len(chunk))
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := a.pc.CloseStdin(ctxLong(t), authed(connect.NewRequest(&process.CloseStdinRequest{Process: byPid(pid2)}))); err != nil {
 		t.Fatal(err)
