@@ -72,8 +72,15 @@ func (f *inputFeed) notifyLocked() {
 // write hands b over, waiting for room while the agent's queue is full;
 // ok is false if the connection's agent does not number input (the caller
 // falls back to plain frames).
+//
+// Bytes handed over while the stream runs are written: the program may
+// then read them and end before write returns, which is no error (as a
+// pipe's write succeeds whether or not its reader goes on to read).
 func (f *inputFeed) write(ctx context.Context, b []byte) (n int, ok bool, err error) {
 	for len(b) > 0 {
+		if err := f.usable(); err != nil && f.numbered() {
+			return n, true, err
+		}
 		f.mu.Lock()
 		ch := f.changed
 		if !f.numbering {
@@ -102,7 +109,7 @@ func (f *inputFeed) write(ctx context.Context, b []byte) (n int, ok bool, err er
 			return n, true, fmt.Errorf("client: input of stream %d: the program has not read what was sent (%d bytes waiting): %w", f.h.id, inputWindow, ctx.Err())
 		}
 	}
-	return n, true, f.usable()
+	return n, true, f.h.inputError()
 }
 
 // numbered reports whether this stream's input is numbered.
