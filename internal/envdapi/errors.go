@@ -20,6 +20,11 @@ var connectCodes = map[wire.Code]connect.Code{
 	wire.CodeLimit:       connect.CodeResourceExhausted,
 	wire.CodeUnavailable: connect.CodeUnavailable,
 	wire.CodeInternal:    connect.CodeInternal,
+	// envd answers a file operation the user may not do so.
+	wire.CodePermissionDenied: connect.CodePermissionDenied,
+	// An op_id's outcome let go: envd's API has no op_ids, so this is
+	// never met there; it ran, and the call cannot be answered.
+	wire.CodeExpired: connect.CodeFailedPrecondition,
 }
 
 // connectError turns a manager's error into a Connect error with the

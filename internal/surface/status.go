@@ -19,6 +19,7 @@ var statuses = map[wire.Code]int{
 	wire.CodeLimit:            http.StatusTooManyRequests,
 	wire.CodeUnavailable:      http.StatusServiceUnavailable,
 	wire.CodeInternal:         http.StatusInternalServerError,
+	wire.CodeExpired:          http.StatusGone,
 }
 
 // Status is the HTTP status that answers err: its protocol code's

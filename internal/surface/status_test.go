@@ -18,11 +18,20 @@ func TestStatus(t *testing.T) {
 	for code, want := range map[wire.Code]int{
 		wire.CodeBadRequest: 400, wire.CodeNotFound: 404, wire.CodePermissionDenied: 403,
 		wire.CodeConflict: 409, wire.CodeUnsupported: 501, wire.CodeLimit: 429,
-		wire.CodeUnavailable: 503, wire.CodeInternal: 500,
+		wire.CodeUnavailable: 503, wire.CodeInternal: 500, wire.CodeExpired: 410,
 	} {
 		if got := StatusOf(code); got != want {
 			t.Errorf("%s: %d, want %d", code, got, want)
 		}
+	}
+	// The table has every code of the protocol, and nothing else.
+	for _, code := range wire.Codes {
+		if _, ok := statuses[code]; !ok {
+			t.Errorf("no status for code %s", code)
+		}
+	}
+	if len(statuses) != len(wire.Codes) {
+		t.Errorf("%d statuses for %d codes", len(statuses), len(wire.Codes))
 	}
 	full := fmt.Errorf("write /x: %w", &codedErr{code: wire.CodeLimit, err: &os.PathError{Op: "write", Path: "/x", Err: syscall.ENOSPC}})
 	if got := Status(full); got != http.StatusInsufficientStorage {

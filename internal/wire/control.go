@@ -21,10 +21,13 @@ const (
 	CodeInternal    Code = "internal"
 	// CodePermissionDenied: the user an op runs as may not do it.
 	CodePermissionDenied Code = "permission_denied"
+	// CodeExpired: a request repeats an op_id whose request ran, but
+	// whose outcome the agent no longer keeps. It is not run again.
+	CodeExpired Code = "expired"
 )
 
 // Codes are every error code of the protocol.
-var Codes = []Code{CodeBadRequest, CodeNotFound, CodeConflict, CodeUnsupported, CodeLimit, CodeUnavailable, CodeInternal, CodePermissionDenied}
+var Codes = []Code{CodeBadRequest, CodeNotFound, CodeConflict, CodeUnsupported, CodeLimit, CodeUnavailable, CodeInternal, CodePermissionDenied, CodeExpired}
 
 // Error is an error that carries its protocol code. Handlers return it so
 // the endpoint can answer with the right code; any other error is internal.
@@ -67,14 +70,44 @@ type Request struct {
 	ID    uint64
 	HasID bool
 	Op    string
+	// OpID is the client's name for the request (section 11.13), "" if
+	// it gave none: a repeat of it gets the first answer, never a second
+	// execution.
+	OpID string
+	// Instance, when set, is the agent run the client meant the request
+	// for (section 11.9).
+	Instance    string
+	HasInstance bool
 	// Raw is the whole frame; an op handler decodes its own parameters
 	// from it, so parameters sit beside "id" and "op" as the protocol says.
 	Raw json.RawMessage
 }
 
 type requestHead struct {
-	ID json.RawMessage `json:"id"`
-	Op *string         `json:"op"`
+	ID       json.RawMessage `json:"id"`
+	Op       *string         `json:"op"`
+	OpID     json.RawMessage `json:"op_id"`
+	Instance json.RawMessage `json:"instance"`
+}
+
+// MaxOpID is the longest op_id, in bytes: room for a UUID, or a client's
+// own prefix and a counter.
+const MaxOpID = 64
+
+// ValidOpID says what is wrong with an op_id, or nil: 1 to MaxOpID
+// characters of ASCII letters, digits, '-', '_', '.' and ':' (a UUID, a
+// base64url string, a prefix and a counter).
+func ValidOpID(id string) error {
+	if id == "" || len(id) > MaxOpID {
+		return Errorf(CodeBadRequest, "op_id must be 1 to %d characters, got %d", MaxOpID, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return Errorf(CodeBadRequest, "op_id may hold ASCII letters, digits, '-', '_', '.' and ':', got %q at byte %d", c, i)
+		}
+	}
+	return nil
 }
 
 // DecodeRequest parses a text frame. On error, the returned Request still
@@ -103,15 +136,31 @@ func DecodeRequest(msg []byte) (Request, error) {
 		return r, Errorf(CodeBadRequest, "missing op")
 	}
 	r.Op = *head.Op
+	if head.OpID != nil {
+		if err := json.Unmarshal(head.OpID, &r.OpID); err != nil {
+			return r, Errorf(CodeBadRequest, "op_id must be a string, got %s", head.OpID)
+		}
+		if err := ValidOpID(r.OpID); err != nil {
+			return r, err
+		}
+	}
+	if head.Instance != nil {
+		if err := json.Unmarshal(head.Instance, &r.Instance); err != nil {
+			return r, Errorf(CodeBadRequest, "instance must be a string, got %s", head.Instance)
+		}
+		r.HasInstance = true
+	}
 	r.Raw = trimmed
 	return r, nil
 }
 
-// Envelope holds the id and op fields every request carries; op parameter
-// structs embed it so that Params accepts them.
+// Envelope holds the fields every request may carry (id, op, op_id,
+// instance); op parameter structs embed it so that Params accepts them.
 type Envelope struct {
-	ID json.RawMessage `json:"id,omitempty"`
-	Op string          `json:"op,omitempty"`
+	ID       json.RawMessage `json:"id,omitempty"`
+	Op       string          `json:"op,omitempty"`
+	OpID     json.RawMessage `json:"op_id,omitempty"`
+	Instance json.RawMessage `json:"instance,omitempty"`
 }
 
 // Response encodes a successful response. A nil result encodes as {}.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -80,6 +81,23 @@ func TestDecodeRequest(t *testing.T) {
 	}
 }
 
+func TestDecodeRequestOpID(t *testing.T) {
+	for _, id := range []string{"a", "0f8fad5b-d9cb-469f-a165-70867728950e", "c1:42", "x_y.z", strings.Repeat("Z", MaxOpID)} {
+		r, err := DecodeRequest([]byte(`{"id": 1, "op": "exec", "op_id": "` + id + `", "instance": "i9"}`))
+		if err != nil || r.OpID != id || r.Instance != "i9" || !r.HasInstance {
+			t.Errorf("op_id %q: got %+v, %v", id, r, err)
+		}
+		var p struct{ Envelope }
+		if err := r.Params(&p); err != nil {
+			t.Errorf("op_id %q: params: %v", id, err)
+		}
+	}
+	r, err := DecodeRequest([]byte(`{"id": 1, "op": "exec"}`))
+	if err != nil || r.OpID != "" || r.HasInstance {
+		t.Errorf("no op_id: got %+v, %v", r, err)
+	}
+}
+
 func TestDecodeRequestErrors(t *testing.T) {
 	cases := []struct {
 		msg   string
@@ -93,6 +111,12 @@ func TestDecodeRequestErrors(t *testing.T) {
 		{`{"id": "a", "op": "x"}`, false, CodeBadRequest},
 		{`{"id": 4}`, true, CodeBadRequest},
 		{`{"id": 5, "op": ""}`, true, CodeBadRequest},
+		{`{"id": 6, "op": "exec", "op_id": ""}`, true, CodeBadRequest},
+		{`{"id": 6, "op": "exec", "op_id": "` + strings.Repeat("a", MaxOpID+1) + `"}`, true, CodeBadRequest},
+		{`{"id": 6, "op": "exec", "op_id": "a b"}`, true, CodeBadRequest},
+		{`{"id": 6, "op": "exec", "op_id": "caf\u00e9"}`, true, CodeBadRequest},
+		{`{"id": 6, "op": "exec", "op_id": 7}`, true, CodeBadRequest},
+		{`{"id": 6, "op": "exec", "instance": 7}`, true, CodeBadRequest},
 	}
 	for _, c := range cases {
 		r, err := DecodeRequest([]byte(c.msg))
