@@ -52,10 +52,14 @@ func (ss *Session) unreserve() {
 	ss.mu.Unlock()
 }
 
+// errClosing: the session takes no new attachment, since a resume is
+// cutting it or it is gone.
+var errClosing = wire.Errorf(wire.CodeUnavailable, "the connection is closing: reconnect and attach again")
+
 // canAttachLocked says why the session takes no new attachment, if so.
 func (ss *Session) canAttachLocked() error {
 	if ss.cutting || ss.closed {
-		return wire.Errorf(wire.CodeUnavailable, "the connection is closing: reconnect and attach again")
+		return errClosing
 	}
 	if len(ss.atts)+ss.reserved >= maxAttachments {
 		return wire.Errorf(wire.CodeLimit, "more than %d attachments on this connection", maxAttachments)

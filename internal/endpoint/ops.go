@@ -14,12 +14,15 @@ import (
 // do brief ones (file ops) unless they block (brief.go). Ordered
 // ops are slow ops whose effects must follow the order of the requests
 // (cells queue on a kernel in the order the client sent them): they run
-// one at a time, in order, on the session's ordered worker.
+// one at a time, in order, on the session's ordered worker. Ops that
+// start or change something are once ops: a request of one that names an
+// op_id runs at most once (outcomes.go).
 type op struct {
 	fn      func(c *call) (any, error)
 	slow    bool // runs on a goroutine of its own: it may take long
 	brief   bool // runs on the reader unless it blocks (brief.go)
 	ordered bool
+	once    bool // changes something: an op_id makes it exactly-once
 }
 
 // call is one request being handled.
@@ -29,6 +32,10 @@ type call struct {
 	// after runs once the response is queued: an attachment's data must
 	// never overtake the response that announces its stream.
 	after func()
+	// outcome is the request's op_id record, nil without one; made is the
+	// stream the request created (create sets it).
+	outcome *outcome
+	made    uint64
 }
 
 func (c *call) params(v any) error { return c.req.Params(v) }
@@ -53,37 +60,37 @@ func (s *Server) opTable() []opEntry {
 	procs, ptys, watches := s.cfg.Procs != nil, s.cfg.PTYs != nil, s.cfg.Watches != nil
 	kernels, files := s.cfg.Kernels != nil, s.cfg.Files != nil
 	return []opEntry{
-		{"exec", procs, op{fn: s.opExec, slow: true}},
-		{"pty", ptys, op{fn: s.opPTY, slow: true}},
-		{"resize", true, op{fn: s.opResize}},
-		{"signal", true, op{fn: s.opSignal}},
-		{"close_stdin", true, op{fn: s.opCloseStdin}},
+		{"exec", procs, op{fn: s.opExec, slow: true, once: true}},
+		{"pty", ptys, op{fn: s.opPTY, slow: true, once: true}},
+		{"resize", true, op{fn: s.opResize, once: true}},
+		{"signal", true, op{fn: s.opSignal, once: true}},
+		{"close_stdin", true, op{fn: s.opCloseStdin, once: true}},
 		{"attach", true, op{fn: s.opAttach}},
 		{"detach", true, op{fn: s.opDetach}},
 		{"ack", true, op{fn: s.opAck}},
 		{"list", true, op{fn: s.opList}},
-		{"watch", watches, op{fn: s.opWatch, slow: true}},
-		{"unwatch", watches, op{fn: s.opUnwatch}},
-		{"kernel_start", kernels, op{fn: s.opKernelStart, slow: true}},
+		{"watch", watches, op{fn: s.opWatch, slow: true, once: true}},
+		{"unwatch", watches, op{fn: s.opUnwatch, once: true}},
+		{"kernel_start", kernels, op{fn: s.opKernelStart, slow: true, once: true}},
 		{"kernel_list", kernels, op{fn: s.opKernelList}},
-		{"kernel_interrupt", kernels, op{fn: s.kernelOp(func(_ context.Context, id string) error { return s.cfg.Kernels.Interrupt(id) })}},
-		{"kernel_restart", kernels, op{fn: s.kernelOp(func(ctx context.Context, id string) error { return s.cfg.Kernels.Restart(ctx, id) }), slow: true}},
-		{"kernel_shutdown", kernels, op{fn: s.kernelOp(func(ctx context.Context, id string) error { return s.cfg.Kernels.Shutdown(ctx, id) }), slow: true}},
-		{"execute", kernels, op{fn: s.opExecute, ordered: true}},
-		{"input_reply", kernels, op{fn: s.opInputReply}},
-		{"kernel_channels", kernels, op{fn: s.opKernelChannels}},
-		{"jupyter_send", kernels, op{fn: s.opJupyterSend, ordered: true}},
-		{"hold", true, op{fn: s.opHold}},
-		{"release", true, op{fn: s.opRelease}},
+		{"kernel_interrupt", kernels, op{fn: s.kernelOp(func(_ context.Context, id string) error { return s.cfg.Kernels.Interrupt(id) }), once: true}},
+		{"kernel_restart", kernels, op{fn: s.kernelOp(func(ctx context.Context, id string) error { return s.cfg.Kernels.Restart(ctx, id) }), slow: true, once: true}},
+		{"kernel_shutdown", kernels, op{fn: s.kernelOp(func(ctx context.Context, id string) error { return s.cfg.Kernels.Shutdown(ctx, id) }), slow: true, once: true}},
+		{"execute", kernels, op{fn: s.opExecute, ordered: true, once: true}},
+		{"input_reply", kernels, op{fn: s.opInputReply, once: true}},
+		{"kernel_channels", kernels, op{fn: s.opKernelChannels, once: true}},
+		{"jupyter_send", kernels, op{fn: s.opJupyterSend, ordered: true, once: true}},
+		{"hold", true, op{fn: s.opHold, once: true}},
+		{"release", true, op{fn: s.opRelease, once: true}},
 		{"file_stat", files, op{fn: s.opFileStat, brief: true}},
 		{"file_list", files, op{fn: s.opFileList, brief: true}},
-		{"file_mkdir", files, op{fn: s.opFileMkdir, brief: true}},
-		{"file_move", files, op{fn: s.opFileMove, brief: true}},
-		{"file_remove", files, op{fn: s.opFileRemove, brief: true}},
-		{"file_chmod", files, op{fn: s.opFileChmod, brief: true}},
-		{"file_chown", files, op{fn: s.opFileChown, brief: true}},
-		{"file_read", files, op{fn: s.opFileRead, brief: true}},
-		{"file_write", files, op{fn: s.opFileWrite, brief: true}},
+		{"file_mkdir", files, op{fn: s.opFileMkdir, brief: true, once: true}},
+		{"file_move", files, op{fn: s.opFileMove, brief: true, once: true}},
+		{"file_remove", files, op{fn: s.opFileRemove, brief: true, once: true}},
+		{"file_chmod", files, op{fn: s.opFileChmod, brief: true, once: true}},
+		{"file_chown", files, op{fn: s.opFileChown, brief: true, once: true}},
+		{"file_read", files, op{fn: s.opFileRead, brief: true, once: true}},
+		{"file_write", files, op{fn: s.opFileWrite, brief: true, once: true}},
 	}
 }
 
@@ -91,7 +98,7 @@ func (s *Server) buildOps() map[string]op {
 	ops := map[string]op{}
 	for _, e := range s.opTable() {
 		if !e.have {
-			e.op = op{fn: unsupported(e.name)}
+			e.op = op{fn: unsupported(e.name), once: e.op.once}
 		}
 		ops[e.name] = e.op
 	}
@@ -106,8 +113,12 @@ func unsupported(name string) func(*call) (any, error) {
 
 // handleControl decodes and dispatches one text frame. It answers true
 // when a brief op passed the reading of the connection to another
-// goroutine.
+// goroutine. Every request it takes is answered (respond or fail), but
+// none once a resume's cut began: those are never run (section 11.13).
 func (ss *Session) handleControl(msg []byte) (handedOff bool) {
+	if !ss.takeRequest() {
+		return
+	}
 	req, err := wire.DecodeRequest(msg)
 	if err != nil {
 		ss.fail(req, err)
@@ -118,34 +129,60 @@ func (ss *Session) handleControl(msg []byte) (handedOff bool) {
 		ss.fail(req, wire.Errorf(wire.CodeBadRequest, "unknown op %q", req.Op))
 		return
 	}
+	if req.HasInstance && req.Instance != ss.srv.instance() {
+		ss.fail(req, ss.srv.goneInstance(req))
+		return
+	}
 	if req.Op == "ack" {
 		// ack has no response; its errors come back as error events.
 		if _, err := o.fn(&call{ss: ss, req: req}); err != nil {
 			ss.sendError(opError(req.Op, err), ackedStream(req))
 		}
+		ss.answered()
 		return
 	}
 	if !req.HasID {
 		ss.fail(req, wire.Errorf(wire.CodeBadRequest, "op %q needs an id", req.Op))
 		return
 	}
+	c := &call{ss: ss, req: req}
+	if o.once && req.OpID != "" {
+		rec, first, err := ss.srv.outcomes.begin(ss.srv.instance(), req)
+		if err != nil {
+			ss.fail(req, err)
+			return
+		}
+		if !first {
+			ss.repeat(c, rec)
+			return
+		}
+		c.outcome = rec
+	}
 	if !o.slow && !o.brief && !o.ordered {
-		ss.respond(&call{ss: ss, req: req}, o)
+		ss.respond(c, o)
 		return
 	}
 	select {
 	case ss.sem <- struct{}{}:
 	default:
+		ss.abandon(c)
 		ss.fail(req, wire.Errorf(wire.CodeLimit, "more than %d slow requests in flight on this connection", maxInflightOps))
 		return
 	}
 	if o.brief {
 		defer func() { <-ss.sem }()
-		return ss.runBrief(&call{ss: ss, req: req}, o)
+		return ss.runBrief(c, o)
 	}
 	run := func() {
 		defer func() { <-ss.sem }()
-		ss.respond(&call{ss: ss, req: req}, o)
+		if ss.ctx.Err() != nil {
+			// The connection ended before the request's turn: it never
+			// runs, and a repeat of its op_id runs it.
+			ss.abandon(c)
+			ss.answered()
+			return
+		}
+		ss.respond(c, o)
 	}
 	if o.ordered {
 		// The queue holds as many as the semaphore allows, so this send
@@ -158,24 +195,46 @@ func (ss *Session) handleControl(msg []byte) (handedOff bool) {
 	return
 }
 
-// orderedLoop runs ordered ops one at a time until the session ends.
+// orderedLoop runs ordered ops one at a time until the session ends; the
+// ones still queued then are given up (run sees the session ended).
 func (ss *Session) orderedLoop() {
 	for {
 		select {
 		case run := <-ss.ordered:
 			run()
 		case <-ss.ctx.Done():
-			return
+			for {
+				select {
+				case run := <-ss.ordered:
+					run()
+				default:
+					return
+				}
+			}
 		}
 	}
 }
 
+// respond runs the op and answers the request.
 func (ss *Session) respond(c *call, o op) {
+	defer ss.answered()
 	result, err := o.fn(c)
 	if err != nil {
-		ss.sendControl(wire.ErrorResponse(c.req.ID, opError(c.req.Op, err)))
+		e := opError(c.req.Op, err)
+		if c.outcome != nil {
+			ss.srv.outcomes.finish(c.outcome, nil, e, 0)
+		}
+		ss.sendControl(wire.ErrorResponse(c.req.ID, e))
 		return
 	}
+	if c.outcome != nil {
+		ss.srv.outcomes.finish(c.outcome, result, nil, c.made)
+	}
+	ss.sendResult(c, result)
+}
+
+// sendResult answers a request with its result.
+func (ss *Session) sendResult(c *call, result any) {
 	b, err := wire.Response(c.req.ID, result)
 	if err != nil {
 		ss.sendControl(wire.ErrorResponse(c.req.ID, wire.AsError(err)))
@@ -201,6 +260,7 @@ func opError(op string, err error) *wire.Error {
 
 // fail answers a request that could not be dispatched.
 func (ss *Session) fail(req wire.Request, err error) {
+	defer ss.answered()
 	if req.HasID {
 		ss.sendControl(wire.ErrorResponse(req.ID, wire.AsError(err)))
 	} else {

@@ -81,22 +81,28 @@ func (s *Server) opExec(c *call) (any, error) {
 
 // create runs build, which creates a stream and its result, and attaches
 // the caller to the stream unless it asked not to. The attachment slot is
-// claimed first: an op that answers an error has started nothing.
+// claimed first: an op that answers an error has started nothing. On a
+// connection that is closing (a resume cuts it) the request was read, so
+// it runs, unattached: the client attaches after it reconnects.
 func (s *Server) create(c *call, attach *bool, build func() (*stream.Stream, map[string]any, error)) (any, error) {
-	if attach != nil && !*attach {
-		_, result, err := build()
-		if err != nil {
+	attaching := attach == nil || *attach
+	if attaching {
+		if err := c.ss.reserve(); err == errClosing {
+			attaching = false
+		} else if err != nil {
 			return nil, err
 		}
-		return result, nil
-	}
-	if err := c.ss.reserve(); err != nil {
-		return nil, err
 	}
 	st, result, err := build()
 	if err != nil {
-		c.ss.unreserve()
+		if attaching {
+			c.ss.unreserve()
+		}
 		return nil, err
+	}
+	c.made = st.ID
+	if !attaching {
+		return result, nil
 	}
 	start, err := c.ss.attach(st, nil, stream.DefaultWindow, true)
 	if err != nil {

@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"errors"
+	"fmt"
 	"syscall"
 
 	"github.com/rayito/rayito-agent/internal/proc"
@@ -54,12 +55,16 @@ func (s *Server) stream(id uint64) (*stream.Stream, error) {
 	return st, nil
 }
 
-// checkInstance refuses a request made for another run of the agent.
-func (s *Server) checkInstance(instance *string) error {
-	if instance != nil && *instance != s.instance() {
-		return wire.Errorf(wire.CodeNotFound, "instance %q is gone: the agent restarted (this is instance %s); its streams and their output are gone", *instance, s.instance())
+// goneInstance refuses a request made for another run of the agent (its
+// `instance` is not this one's): a client that knew the agent before a
+// restart must not read a new stream's output, nor have a request it
+// sent before run again.
+func (s *Server) goneInstance(req wire.Request) error {
+	e := wire.Errorf(wire.CodeNotFound, "instance %q is gone: the agent restarted or took a new identity (this is instance %s); its streams and their output are gone", req.Instance, s.instance())
+	if req.OpID != "" {
+		e.Message += fmt.Sprintf("; whether the request with op_id %q ran there is unknown, and it is not run here", req.OpID)
 	}
-	return nil
+	return e
 }
 
 // streamResult is what ops that create or attach a stream answer.
@@ -82,14 +87,8 @@ func (s *Server) opAttach(c *call) (any, error) {
 		Tag    *string           `json:"tag"`
 		From   map[string]uint64 `json:"from"`
 		Window *int              `json:"window"`
-		// Instance, when given, must be this run's: a client that knew
-		// the agent before a restart must not read a new stream's output.
-		Instance *string `json:"instance"`
 	}
 	if err := c.params(&p); err != nil {
-		return nil, err
-	}
-	if err := s.checkInstance(p.Instance); err != nil {
 		return nil, err
 	}
 	given := 0

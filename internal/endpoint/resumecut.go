@@ -6,13 +6,24 @@ import (
 	"github.com/rayito/rayito-agent/internal/stream"
 )
 
-// resumeCut sends `end` reason resume on every attachment, after the data
-// already queued, then closes the connection with 4000 "resumed". The
-// resume cut's registry (surface.Cuts) calls it for every session older
-// than the resume; it returns when the close frame is handed to the
-// connection, or when ctx ends (the connection is then dropped without one).
+// resumeCut stops taking requests, waits until those it took are
+// answered, sends `end` reason resume on every attachment, after the data
+// already queued, then closes the connection with 4000 "resumed". So a
+// request the agent read before the cut has run and its answer comes
+// before the close frame, and one read after it never runs (section
+// 11.13). The resume cut's registry (surface.Cuts) calls it for every
+// session older than the resume; it returns when the close frame is
+// handed to the connection, or when ctx ends (the connection is then
+// dropped without one, and requests still running answer a repeat of
+// their op_id only).
 func (ss *Session) resumeCut(ctx context.Context, _ uint64) {
 	if !ss.setClose(closeResumed, "resumed") {
+		return
+	}
+	select {
+	case <-ss.stopTaking():
+	case <-ctx.Done():
+		ss.conn.CloseNow()
 		return
 	}
 	ss.mu.Lock()

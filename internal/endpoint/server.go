@@ -50,6 +50,8 @@ type Server struct {
 	cfg Config
 	log *zap.Logger
 	ops map[string]op
+	// outcomes are the answers of requests named by an op_id.
+	outcomes *outcomes
 
 	mu       sync.Mutex
 	sessions map[*Session]struct{}
@@ -68,7 +70,7 @@ func New(cfg Config) *Server {
 	if cfg.Cuts == nil {
 		cfg.Cuts = surface.NewCuts(nil)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, sessions: make(map[*Session]struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, sessions: make(map[*Session]struct{}), outcomes: newOutcomes(streamAlive(cfg.Streams))}
 	s.ops = s.buildOps()
 	return s
 }

@@ -71,8 +71,13 @@ type Session struct {
 	pumps      sync.WaitGroup
 	generation uint64 // resume generation when the session opened
 	untrack    func() // leaves the resume cut's registry
-	cutting    bool   // a resume is closing the session: no new attachments
+	draining   bool   // a resume is closing the session: no new requests
+	cutting    bool   // a resume is ending its attachments: no new ones
 	closed     bool   // the connection is gone: no new attachments
+	// Requests taken and not yet answered; a resume's cut waits for them
+	// (answeredAll is closed when they reach 0 while it waits).
+	inflight    int
+	answeredAll chan struct{}
 }
 
 // outFrame is one message for the writer. A frame with close set ends the
@@ -136,7 +141,7 @@ func (ss *Session) Generation() uint64 { return ss.generation }
 // op never holds a closed connection's session open.
 func (ss *Session) run() {
 	hello, _ := jsonBytes(map[string]any{"event": "hello", "protocol": 1, "version": ss.srv.cfg.Version, "generation": ss.generation, "instance": ss.srv.instance(),
-		"input_offsets": true})
+		"input_offsets": true, "op_ids": true})
 	ss.queue(ss.ctrl, outFrame{msg: hello})
 	go func() {
 		defer close(ss.writerDone)
@@ -427,6 +432,56 @@ func (ss *Session) setClose(code websocket.StatusCode, why string) bool {
 	}
 	ss.closeCode, ss.closeWhy = code, why
 	return true
+}
+
+// takeRequest counts a request read from the connection, to be answered;
+// false once a resume's cut began: the request is never run.
+func (ss *Session) takeRequest() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.draining {
+		return false
+	}
+	ss.inflight++
+	return true
+}
+
+// answered counts a request taken as answered (its response queued, or
+// the connection gone).
+func (ss *Session) answered() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.inflight--
+	if ss.inflight == 0 && ss.answeredAll != nil {
+		close(ss.answeredAll)
+		ss.answeredAll = nil
+	}
+}
+
+// stopTaking refuses new requests and returns a channel closed once
+// those taken are answered.
+func (ss *Session) stopTaking() <-chan struct{} {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.draining = true
+	done := make(chan struct{})
+	if ss.inflight == 0 {
+		close(done)
+	} else {
+		if ss.answeredAll != nil {
+			close(ss.answeredAll)
+		}
+		ss.answeredAll = done
+	}
+	return done
+}
+
+// abandon gives up a request that never ran: a repeat of its op_id runs it.
+func (ss *Session) abandon(c *call) {
+	if c.outcome != nil {
+		ss.srv.outcomes.abandon(c.outcome)
+		c.outcome = nil
+	}
 }
 
 func (ss *Session) sendError(e *wire.Error, stream uint64) {
