@@ -134,9 +134,10 @@ type created struct {
 }
 
 // create runs an op that creates a stream (exec, pty, watch, execute) and
-// registers its handle before the stream's first frame is read. It is
-// never re-sent: if the connection drops before the answer, the stream
-// may or may not exist.
+// registers its handle before the stream's first frame is read. If the
+// connection drops before the answer it is sent again with its op_id
+// (opid.go): the agent answers with the stream the first made, if it
+// made one, and attaches the new connection to it from the start.
 func (c *Client) create(ctx context.Context, op string, params any, kind Kind, outs outputs) (*handle, created, error) {
 	return c.createWith(ctx, op, params, kind, outs, nil)
 }
@@ -146,7 +147,7 @@ func (c *Client) create(ctx context.Context, op string, params any, kind Kind, o
 func (c *Client) createWith(ctx context.Context, op string, params any, kind Kind, outs outputs, setup func(*handle, created)) (*handle, created, error) {
 	var h *handle
 	var r created
-	_, err := c.call(ctx, op, params, callOpts{onResult: func(cn *conn, res json.RawMessage, abandoned bool) error {
+	_, err := c.call(ctx, op, params, callOpts{once: true, onResult: func(cn *conn, res json.RawMessage, abandoned bool) error {
 		if res == nil {
 			return nil
 		}

@@ -227,7 +227,7 @@ func (c *Cell) Reply(ctx context.Context, value string) error {
 	_, err := c.h.c.call(ctx, "input_reply", struct {
 		Stream uint64 `json:"stream"`
 		Value  string `json:"value"`
-	}{c.h.id, value}, callOpts{})
+	}{c.h.id, value}, callOpts{once: true})
 	return err
 }
 

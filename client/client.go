@@ -78,6 +78,12 @@ type Client struct {
 	token     atomic.Pointer[string] // Options.Token, replaced by Init
 	defKernel atomic.Pointer[string] // the default kernel's id, once an execute named it
 
+	// opPrefix and opSeq make op_ids (opid.go); noOpIDs (tests) sends
+	// none, as a client before them did.
+	opPrefix string
+	opSeq    atomic.Uint64
+	noOpIDs  bool
+
 	life   context.Context // cancelled by Close: stops dials
 	cancel context.CancelFunc
 	lost   chan struct{} // the connection dropped: reconnect
@@ -133,6 +139,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Client, error) {
 		httpBase: httpBase, wsURL: wsURL, opts: opts, log: opts.Logger,
 		lost: make(chan struct{}, 1), stop: make(chan struct{}), changed: make(chan struct{}),
 		pending: make(map[uint64]*pending), handles: make(map[uint64]*handle),
+		opPrefix: newOpPrefix(),
 	}
 	c.token.Store(&opts.Token)
 	c.life, c.cancel = context.WithCancel(context.Background())
@@ -293,6 +300,10 @@ type callOpts struct {
 	// retry re-sends the request on the next connection if the first one
 	// dropped before the answer: only for ops that are safe to repeat.
 	retry bool
+	// once names the request with an op_id (opid.go) where the agent
+	// takes them, and then re-sends it as retry does: the agent runs it
+	// at most once.
+	once bool
 }
 
 // call sends a request and waits for its response.
@@ -301,6 +312,7 @@ func (c *Client) call(ctx context.Context, op string, params any, o callOpts) (j
 	if err != nil {
 		return nil, fmt.Errorf("client: %s: %w", op, err)
 	}
+	var name requestName // set on the first send to an agent that takes op_ids
 	for {
 		cn := o.on
 		if cn == nil {
@@ -308,8 +320,12 @@ func (c *Client) call(ctx context.Context, op string, params any, o callOpts) (j
 				return nil, err
 			}
 		}
+		if o.once && name.opID == "" && cn.opIDs && !c.noOpIDs {
+			name = requestName{opID: c.newOpID(), instance: cn.inst}
+		}
+		resend := o.retry || name.opID != ""
 		id := c.nextID.Add(1)
-		msg := request(id, op, body)
+		msg := request(id, op, body, name)
 		if len(msg) > wire.MaxControl {
 			// Sent, it would make the agent close the connection (1009),
 			// cutting every stream on it.
@@ -334,7 +350,7 @@ func (c *Client) call(ctx context.Context, op string, params any, o callOpts) (j
 			if closed {
 				return nil, ErrClosed
 			}
-			if !o.retry {
+			if !resend || o.on != nil {
 				return nil, fmt.Errorf("%w: %s not sent: %w", ErrConnectionLost, op, err)
 			}
 			if err := c.dropped(ctx, cn); err != nil {
@@ -344,7 +360,7 @@ func (c *Client) call(ctx context.Context, op string, params any, o callOpts) (j
 		}
 		select {
 		case <-p.done:
-			if o.retry && errors.Is(p.err, ErrConnectionLost) {
+			if resend && o.on == nil && errors.Is(p.err, ErrConnectionLost) {
 				continue
 			}
 			return p.res, p.err
@@ -361,13 +377,26 @@ func (c *Client) call(ctx context.Context, op string, params any, o callOpts) (j
 	}
 }
 
-// request encodes a request: the params object with id and op in front.
-func request(id uint64, op string, params []byte) []byte {
-	b := make([]byte, 0, len(params)+40)
+// requestName is a request's op_id and the agent instance it was first
+// sent to; zero for a request without one.
+type requestName struct {
+	opID, instance string
+}
+
+// request encodes a request: the params object with id, op and its name
+// in front.
+func request(id uint64, op string, params []byte, name requestName) []byte {
+	b := make([]byte, 0, len(params)+40+len(name.opID)+len(name.instance))
 	b = append(b, `{"id":`...)
 	b = strconv.AppendUint(b, id, 10)
 	b = append(b, `,"op":`...)
 	b = strconv.AppendQuote(b, op)
+	if name.opID != "" {
+		b = append(b, `,"op_id":`...)
+		b = strconv.AppendQuote(b, name.opID)
+		b = append(b, `,"instance":`...)
+		b = strconv.AppendQuote(b, name.instance)
+	}
 	if len(params) > 2 && params[0] == '{' {
 		b = append(b, ',')
 		return append(b, params[1:]...)

@@ -38,9 +38,11 @@ type conn struct {
 	inst  string // the agent run that answered
 	// inputOffsets: the agent numbers input (IN frames with offsets).
 	inputOffsets bool
-	done         chan struct{}            // closed when the reader ended
-	hdr          [wire.MaxDataHeader]byte // reader goroutine: head of a data frame
-	text         []byte                   // reader goroutine: one control frame
+	// opIDs: the agent takes op_ids (exactly-once requests).
+	opIDs bool
+	done  chan struct{}            // closed when the reader ended
+	hdr   [wire.MaxDataHeader]byte // reader goroutine: head of a data frame
+	text  []byte                   // reader goroutine: one control frame
 }
 
 // head is what every control frame is first decoded into.
@@ -60,6 +62,8 @@ type helloMsg struct {
 	Instance   string `json:"instance"`
 	// InputOffsets: the agent takes IN frames with offsets.
 	InputOffsets bool `json:"input_offsets"`
+	// OpIDs: the agent takes op_ids.
+	OpIDs bool `json:"op_ids"`
 }
 
 type gapMsg struct {
@@ -106,7 +110,7 @@ func (c *Client) dial(ctx context.Context) (*conn, error) {
 		ws.CloseNow()
 		return nil, fmt.Errorf("client: agent speaks protocol %d, this client 1", h.Protocol)
 	}
-	return &conn{c: c, ws: ws, batch: batch(), gen: h.Generation, inst: h.Instance, inputOffsets: h.InputOffsets, done: make(chan struct{})}, nil
+	return &conn{c: c, ws: ws, batch: batch(), gen: h.Generation, inst: h.Instance, inputOffsets: h.InputOffsets, opIDs: h.OpIDs, done: make(chan struct{})}, nil
 }
 
 // install makes cn the current connection and starts its reader; false

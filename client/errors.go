@@ -52,6 +52,9 @@ const (
 	CodeInternal    Code = "internal"
 	// CodePermissionDenied: the user the op ran as may not do it.
 	CodePermissionDenied Code = "permission_denied"
+	// CodeExpired: a call's request ran on the agent, but the agent no
+	// longer keeps its outcome to answer the call with (opid.go).
+	CodeExpired Code = "expired"
 )
 
 // Error is an error the agent answered with.

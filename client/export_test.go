@@ -18,3 +18,7 @@ func Buffered(p *Process, channel string) int {
 	}
 	return -1
 }
+
+// SendNoOpIDs makes c send its requests without op_ids, as a client
+// before them did.
+func SendNoOpIDs(c *Client) { c.noOpIDs = true }

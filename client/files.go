@@ -105,10 +105,19 @@ type fileParams struct {
 
 func (f *Files) params(path string) fileParams { return fileParams{Path: path, User: f.user} }
 
-// call runs a file op; ops that change nothing are retried on a new
-// connection when one drops.
-func (f *Files) call(ctx context.Context, op string, params any, idempotent bool, out any) error {
-	res, err := f.c.call(ctx, op, params, callOpts{retry: idempotent})
+// resend says how a file op is sent again when a connection drops before
+// its answer.
+type resend int
+
+const (
+	readOnly   resend = iota // changes nothing: sent again as it is
+	idempotent               // a repeat changes nothing more: sent again, with its op_id where the agent takes them
+	changes                  // sent again only with its op_id, so that it runs once
+)
+
+// call runs a file op, sent again as how says when a connection drops.
+func (f *Files) call(ctx context.Context, op string, params any, how resend, out any) error {
+	res, err := f.c.call(ctx, op, params, callOpts{retry: how != changes, once: how != readOnly})
 	if err != nil {
 		return fmt.Errorf("client: %s: %w", op, err)
 	}
@@ -124,7 +133,7 @@ func (f *Files) call(ctx context.Context, op string, params any, idempotent bool
 // Stat describes the entry at path.
 func (f *Files) Stat(ctx context.Context, path string) (FileInfo, error) {
 	var w fileWire
-	if err := f.call(ctx, "file_stat", f.params(path), true, &w); err != nil {
+	if err := f.call(ctx, "file_stat", f.params(path), readOnly, &w); err != nil {
 		return FileInfo{}, err
 	}
 	return w.info(), nil
@@ -141,7 +150,7 @@ func (f *Files) List(ctx context.Context, path string, depth int) ([]FileInfo, e
 		fileParams
 		Depth int `json:"depth,omitempty"`
 	}{f.params(path), depth}
-	if err := f.call(ctx, "file_list", p, true, &out); err != nil {
+	if err := f.call(ctx, "file_list", p, readOnly, &out); err != nil {
 		return nil, err
 	}
 	infos := make([]FileInfo, len(out.Entries))
@@ -154,7 +163,7 @@ func (f *Files) List(ctx context.Context, path string, depth int) ([]FileInfo, e
 // MkdirAll creates a directory and the parents it needs; an existing
 // directory is fine, a file in the way is CodeConflict.
 func (f *Files) MkdirAll(ctx context.Context, path string) error {
-	return f.call(ctx, "file_mkdir", f.params(path), true, nil)
+	return f.call(ctx, "file_mkdir", f.params(path), idempotent, nil)
 }
 
 // Move renames from to to, replacing a file there (across filesystems the
@@ -165,12 +174,12 @@ func (f *Files) Move(ctx context.Context, from, to string) error {
 		To   string `json:"to"`
 		User string `json:"user,omitempty"`
 	}{from, to, f.user}
-	return f.call(ctx, "file_move", p, false, nil)
+	return f.call(ctx, "file_move", p, changes, nil)
 }
 
 // Remove removes a file, symlink or empty directory.
 func (f *Files) Remove(ctx context.Context, path string) error {
-	return f.call(ctx, "file_remove", f.params(path), false, nil)
+	return f.call(ctx, "file_remove", f.params(path), changes, nil)
 }
 
 // RemoveAll removes path and everything below it; a missing path is fine.
@@ -179,7 +188,7 @@ func (f *Files) RemoveAll(ctx context.Context, path string) error {
 		fileParams
 		Recursive bool `json:"recursive"`
 	}{f.params(path), true}
-	err := f.call(ctx, "file_remove", p, true, nil)
+	err := f.call(ctx, "file_remove", p, idempotent, nil)
 	if HasCode(err, CodeNotFound) {
 		return nil
 	}
@@ -192,7 +201,7 @@ func (f *Files) Chmod(ctx context.Context, path string, mode fs.FileMode) error 
 		fileParams
 		Mode uint32 `json:"mode"`
 	}{f.params(path), modeBits(mode)}
-	return f.call(ctx, "file_chmod", p, true, nil)
+	return f.call(ctx, "file_chmod", p, idempotent, nil)
 }
 
 // Chown sets path's owner and group, by name or number; "" leaves one as
@@ -203,7 +212,7 @@ func (f *Files) Chown(ctx context.Context, path, owner, group string) error {
 		Owner string `json:"owner,omitempty"`
 		Group string `json:"group,omitempty"`
 	}{f.params(path), owner, group}
-	return f.call(ctx, "file_chown", p, true, nil)
+	return f.call(ctx, "file_chown", p, idempotent, nil)
 }
 
 // modeBits converts a FileMode to the protocol's mode number.

@@ -413,7 +413,11 @@ func (w *FileWriter) Close() error {
 	}
 	w.end = end
 	if w.verify && (end.Size == nil || *end.Size != w.sent) {
-		return fmt.Errorf("%w: file_write %s: the agent wrote %v bytes, the client sent %d", ErrProtocol, w.path, end.Size, w.sent)
+		size := "no size"
+		if end.Size != nil {
+			size = fmt.Sprint(*end.Size, " bytes")
+		}
+		return fmt.Errorf("%w: file_write %s: the agent wrote %s, the client sent %d", ErrProtocol, w.path, size, w.sent)
 	}
 	if w.hash != nil {
 		if sum := hex.EncodeToString(w.hash.Sum(nil)); end.SHA256 != sum {

@@ -86,7 +86,7 @@ func (h *Hold) Release(ctx context.Context) error { return h.c.ReleaseHold(ctx, 
 func (c *Client) ReleaseHold(ctx context.Context, id string) error {
 	if _, err := c.call(ctx, "release", struct {
 		Hold string `json:"hold"`
-	}{id}, callOpts{}); err != nil {
+	}{id}, callOpts{once: true}); err != nil {
 		return fmt.Errorf("client: release %s: %w", id, err)
 	}
 	return nil
@@ -99,7 +99,7 @@ func (c *Client) hold(ctx context.Context, id string, ttl time.Duration, retry b
 		Hold  string `json:"hold,omitempty"`
 		TTLMs int64  `json:"ttl_ms"`
 	}{id, ceilMs(ttl)}
-	res, err := c.call(ctx, "hold", p, callOpts{retry: retry})
+	res, err := c.call(ctx, "hold", p, callOpts{retry: retry, once: true})
 	if err != nil {
 		if id == "" {
 			return HoldInfo{}, fmt.Errorf("client: hold: %w", err)

@@ -281,7 +281,7 @@ func (f *inputFeed) closeAt(ctx context.Context) error {
 	off := f.sent
 	f.mu.Unlock()
 	for {
-		_, err := f.h.c.call(ctx, "close_stdin", closeStdinParams{Stream: f.h.id, Offset: &off}, callOpts{})
+		_, err := f.h.c.call(ctx, "close_stdin", closeStdinParams{Stream: f.h.id, Offset: &off}, callOpts{once: true})
 		if err == nil || !errors.Is(err, ErrConnectionLost) || ctx.Err() != nil {
 			return err
 		}

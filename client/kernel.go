@@ -30,15 +30,15 @@ type Kernel struct {
 	id string
 }
 
-// StartKernel starts a kernel and returns once it answers. It is never
-// re-sent: if the connection drops before the answer, a kernel may have
-// started (Kernels lists it).
+// StartKernel starts a kernel and returns once it answers. If the
+// connection drops before the answer, the request is sent again with its
+// op_id: one kernel starts.
 func (c *Client) StartKernel(ctx context.Context, o KernelOptions) (*Kernel, error) {
 	res, err := c.call(ctx, "kernel_start", struct {
 		Name string            `json:"name,omitempty"`
 		Cwd  string            `json:"cwd,omitempty"`
 		Env  map[string]string `json:"env,omitempty"`
-	}{o.Name, o.Cwd, o.Env}, callOpts{})
+	}{o.Name, o.Cwd, o.Env}, callOpts{once: true})
 	if err != nil {
 		return nil, fmt.Errorf("client: kernel_start: %w", err)
 	}
@@ -142,7 +142,7 @@ func (k *Kernel) op(ctx context.Context, op string) error {
 	}
 	_, err := k.c.call(ctx, op, struct {
 		Kernel string `json:"kernel"`
-	}{id}, callOpts{})
+	}{id}, callOpts{once: true})
 	if err != nil {
 		return fmt.Errorf("client: %s %s: %w", op, id, err)
 	}

@@ -164,13 +164,13 @@ func (p *Process) CloseStdin(ctx context.Context) error {
 	if p.h.input.numbered() {
 		return p.h.input.closeAt(ctx)
 	}
-	_, err := p.h.c.call(ctx, "close_stdin", streamRef{Stream: p.h.id}, callOpts{})
+	_, err := p.h.c.call(ctx, "close_stdin", streamRef{Stream: p.h.id}, callOpts{once: true})
 	return err
 }
 
 // Signal sends a signal to the process's whole process group.
 func (p *Process) Signal(ctx context.Context, sig Signal) error {
-	_, err := p.h.c.call(ctx, "signal", signalParams{Stream: p.h.id, Signal: sig}, callOpts{})
+	_, err := p.h.c.call(ctx, "signal", signalParams{Stream: p.h.id, Signal: sig}, callOpts{once: true})
 	return err
 }
 

@@ -162,7 +162,7 @@ func (p *PTY) endedError() error {
 // foreground gets SIGWINCH.
 func (p *PTY) Resize(ctx context.Context, cols, rows int) error {
 	// Setting a size twice is harmless: re-sent after a dropped connection.
-	_, err := p.h.c.call(ctx, "resize", resizeParams{Stream: p.h.id, Cols: cols, Rows: rows}, callOpts{retry: true})
+	_, err := p.h.c.call(ctx, "resize", resizeParams{Stream: p.h.id, Cols: cols, Rows: rows}, callOpts{retry: true, once: true})
 	return err
 }
 
@@ -175,7 +175,7 @@ type resizeParams struct {
 // Signal sends a signal to the terminal's foreground job: what Ctrl-C
 // reaches. The shell itself survives an interrupted command.
 func (p *PTY) Signal(ctx context.Context, sig Signal) error {
-	_, err := p.h.c.call(ctx, "signal", signalParams{Stream: p.h.id, Signal: sig}, callOpts{})
+	_, err := p.h.c.call(ctx, "signal", signalParams{Stream: p.h.id, Signal: sig}, callOpts{once: true})
 	return err
 }
 
@@ -183,7 +183,7 @@ func (p *PTY) Signal(ctx context.Context, sig Signal) error {
 // shell) alone, as a terminal window that closes sends SIGHUP.
 func (p *PTY) SignalProgram(ctx context.Context, sig Signal) error {
 	no := false
-	_, err := p.h.c.call(ctx, "signal", signalParams{Stream: p.h.id, Signal: sig, Group: &no}, callOpts{})
+	_, err := p.h.c.call(ctx, "signal", signalParams{Stream: p.h.id, Signal: sig, Group: &no}, callOpts{once: true})
 	return err
 }
 

@@ -176,10 +176,9 @@ func TestResumeCloseReattaches(t *testing.T) {
 	}
 }
 
-// TestCallsInFlightAtDrop: an exec whose answer is lost with the
-// connection fails with ErrConnectionLost and is never sent again (the
-// agent never ran it); a list in flight at the same moment is retried on
-// the new connection.
+// TestCallsInFlightAtDrop: an exec whose request is lost with the
+// connection is sent again on the next with its op_id, runs once and
+// succeeds; a list in flight at the same moment is retried too.
 func TestCallsInFlightAtDrop(t *testing.T) {
 	t.Parallel()
 	a := newAgent(t)
@@ -187,10 +186,14 @@ func TestCallsInFlightAtDrop(t *testing.T) {
 	c := dialURL(t, proxy.url(), client.Options{})
 	ctx := ctxLong(t)
 	proxy.swallow.Store(true)
-	execErr := make(chan error, 1)
+	type execd struct {
+		p   *client.Process
+		err error
+	}
+	exec := make(chan execd, 1)
 	go func() {
-		_, err := c.Exec(ctx, client.ExecOptions{Argv: []string{"echo", "once"}})
-		execErr <- err
+		p, err := c.Exec(ctx, client.ExecOptions{Argv: []string{"echo", "once"}})
+		exec <- execd{p, err}
 	}()
 	type listed struct {
 		streams []client.StreamInfo
@@ -204,15 +207,18 @@ func TestCallsInFlightAtDrop(t *testing.T) {
 	eventually(t, "both calls are in flight", func() bool { return client.PendingCalls(c) == 2 })
 	proxy.swallow.Store(false)
 	proxy.cut()
-	if err := <-execErr; !errors.Is(err, client.ErrConnectionLost) {
-		t.Fatalf("exec in flight at the drop: %v", err)
+	e := <-exec
+	if e.err != nil {
+		t.Fatalf("exec in flight at the drop: %v", e.err)
 	}
-	l := <-list
-	if l.err != nil || len(l.streams) != 0 {
-		t.Fatalf("list retried after the drop: %v %v (an exec must not be re-sent)", l.streams, l.err)
+	if r := collect(ctx, e.p); r.err != nil || string(r.stdout) != "once\n" {
+		t.Fatalf("the exec sent again: %q %v", r.stdout, r.err)
 	}
-	if got := a.streams.List(""); len(got) != 0 {
-		t.Fatalf("the agent has %d streams; the lost exec was sent again", len(got))
+	if l := <-list; l.err != nil {
+		t.Fatalf("list retried after the drop: %v", l.err)
+	}
+	if got := a.streams.List(""); len(got) != 1 {
+		t.Fatalf("the agent has %d streams; the exec ran once", len(got))
 	}
 }
 

@@ -55,7 +55,7 @@ func (s *sender) control(op string, stream uint64) {
 	b := []byte(`{"stream":`)
 	b = strconv.AppendUint(b, stream, 10)
 	b = append(b, '}')
-	msg := request(s.c.nextID.Add(1), op, b)
+	msg := request(s.c.nextID.Add(1), op, b, requestName{})
 	s.mu.Lock()
 	s.frames = append(s.frames, msg)
 	s.mu.Unlock()

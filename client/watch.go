@@ -86,7 +86,7 @@ func (w *Watch) Close(ctx context.Context) error {
 		return nil
 	default:
 	}
-	_, err := w.h.c.call(ctx, "unwatch", streamRef{Stream: w.h.id}, callOpts{retry: true}) // idempotent
+	_, err := w.h.c.call(ctx, "unwatch", streamRef{Stream: w.h.id}, callOpts{retry: true, once: true}) // idempotent
 	if err != nil {
 		return fmt.Errorf("client: unwatch stream %d: %w", w.h.id, err)
 	}

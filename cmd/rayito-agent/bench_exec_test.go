@@ -28,7 +28,9 @@ const execBlock = 20
 // spawn (at most 200). On a loaded machine the CPU time of every process
 // per exec, the agent's own CPU per exec (its threads, not its children)
 // and its context switches per exec (how often its threads slept and were
-// woken) tell more than the latencies.
+// woken) tell more than the latencies. The SDK names each exec with an
+// op_id; bare-opid is bare with one, so `opid-adds-µs` is what the agent's
+// exactly-once bookkeeping costs an exec.
 func BenchmarkAgentExec(b *testing.B) {
 	a := startAgentProc(b)
 	c := a.dial(b)
@@ -42,6 +44,7 @@ func BenchmarkAgentExec(b *testing.B) {
 	fd := null.Fd()
 	attr := &syscall.ProcAttr{Files: []uintptr{fd, fd, fd}, Sys: &syscall.SysProcAttr{Setsid: true}}
 	argv := []string{"/bin/true"}
+	opID := 0
 
 	kinds := []struct {
 		name string
@@ -84,13 +87,19 @@ func BenchmarkAgentExec(b *testing.B) {
 			})
 		}},
 		{"bare", func(n int) []time.Duration {
-			return timeEach(n, func() { rc.execTrue() })
+			return timeEach(n, func() { rc.execTrue("") })
+		}},
+		{"bare-opid", func(n int) []time.Duration {
+			return timeEach(n, func() {
+				opID++
+				rc.execTrue(`"op_id":"bench-` + strconv.Itoa(opID) + `",`)
+			})
 		}},
 	}
 	lat := make([][]time.Duration, len(kinds))
-	var cpu [4]time.Duration      // CPU of this process and the agent, per kind
-	var switches [4]int           // the agent's context switches, per kind
-	var agentCPU [4]time.Duration // the agent's own threads' CPU, per kind
+	cpu := make([]time.Duration, len(kinds))      // CPU of this process and the agent, per kind
+	switches := make([]int, len(kinds))           // the agent's context switches, per kind
+	agentCPU := make([]time.Duration, len(kinds)) // the agent's own threads' CPU, per kind
 	b.ResetTimer()
 	for done := 0; done < b.N; done += execBlock {
 		n := min(execBlock, b.N-done)
@@ -108,6 +117,7 @@ func BenchmarkAgentExec(b *testing.B) {
 	}
 	b.ReportMetric(micros(agentCPU[2])/float64(b.N), "sdk-agent-CPU-µs/op")
 	b.ReportMetric(micros(agentCPU[3])/float64(b.N), "bare-agent-CPU-µs/op")
+	b.ReportMetric(micros(agentCPU[4])/float64(b.N), "bare-opid-agent-CPU-µs/op")
 	b.ReportMetric(float64(switches[2])/float64(b.N), "sdk-agent-switches/op")
 	b.ReportMetric(float64(switches[3])/float64(b.N), "bare-agent-switches/op")
 	p50 := make(map[string]float64)
@@ -120,6 +130,7 @@ func BenchmarkAgentExec(b *testing.B) {
 	b.ReportMetric(p50["bare"]/p50["osexec"], "bare/osexec")
 	b.ReportMetric(p50["sdk"]-p50["reaper"], "sdk-adds-µs")
 	b.ReportMetric(p50["bare"]-p50["reaper"], "bare-adds-µs")
+	b.ReportMetric(p50["bare-opid"]-p50["bare"], "opid-adds-µs")
 }
 
 func timeEach(n int, f func()) []time.Duration {
@@ -132,10 +143,11 @@ func timeEach(n int, f func()) []time.Duration {
 	return lat
 }
 
-// execTrue runs /bin/true with bare frames: the request, its response,
-// then the stream's end event.
-func (rc *rawConn) execTrue() {
-	id := rc.request("exec", `"argv":["/bin/true"]`)
+// execTrue runs /bin/true with bare frames: the request (with extra
+// parameters, each followed by a comma), its response, then the stream's
+// end event.
+func (rc *rawConn) execTrue(extra string) {
+	id := rc.request("exec", extra+`"argv":["/bin/true"]`)
 	var stream uint64
 	for {
 		typ, msg := rc.read()
