@@ -18,7 +18,7 @@ import (
 func BenchmarkStat(b *testing.B) {
 	m, _ := newManager(b)
 	dir := b.TempDir()
-	openDir(b, dir)
+	openToAll(b, dir)
 	p := filepath.Join(dir, "f")
 	writeFile(b, p, "x")
 	b.Run("lstat", func(b *testing.B) {
@@ -184,7 +184,7 @@ func BenchmarkWrite(b *testing.B) {
 	needRoot(b)
 	m, _ := newManager(b)
 	dir := filesystems(b)["tmpfs"]
-	openDir(b, dir)
+	openToAll(b, dir)
 	chunk := make([]byte, 256<<10)
 	const total = 64 << 20
 	for _, user := range []string{"", "nobody"} {
@@ -217,7 +217,7 @@ func BenchmarkWrite(b *testing.B) {
 func BenchmarkWriteTar(b *testing.B) {
 	m, _ := newManager(b)
 	dir := b.TempDir()
-	openDir(b, dir)
+	openToAll(b, dir)
 	for i := range 200 {
 		sub := filepath.Join(dir, fmt.Sprintf("d%d", i%10))
 		os.MkdirAll(sub, 0o755)

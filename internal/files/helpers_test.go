@@ -53,9 +53,9 @@ func fsType(t testing.TB, path string) int64 {
 	return sfs.Type
 }
 
-// openDir makes dir and its parents up to /tmp searchable and writable by
+// openToAll makes dir and its parents up to /tmp searchable and writable by
 // anyone, for tests that act as another user.
-func openDir(t testing.TB, dir string) {
+func openToAll(t testing.TB, dir string) {
 	t.Helper()
 	for d := dir; d != "/" && d != os.TempDir() && d != "/dev/shm"; d = filepath.Dir(d) {
 		mode := os.FileMode(0o755)
@@ -161,7 +161,7 @@ func mountExt4(t testing.TB, size int64, reservedPct int) string {
 			t.Errorf("umount %s: %v: %s", dir, err, strings.TrimSpace(string(out)))
 		}
 	})
-	openDir(t, dir)
+	openToAll(t, dir)
 	return dir
 }
 

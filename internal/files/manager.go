@@ -38,15 +38,20 @@ type Options struct {
 	// crash left behind are removed at the next start.
 	StateDir string
 	Logger   *zap.Logger
+	// AdminGroup names the group whose members can become root (sudo's
+	// group): Privileged says they may be served with the agent's
+	// rights. "" leaves only root.
+	AdminGroup string
 }
 
 // Manager runs file operations as the users that ask for them. It is safe
 // for concurrent use.
 type Manager struct {
-	reg   *stream.Registry
-	users *users.Accounts
-	log   *zap.Logger
-	self  identity
+	reg        *stream.Registry
+	users      *users.Accounts
+	log        *zap.Logger
+	adminGroup string
+	self       identity
 	// restoreIDs is restoreIDs; tests make the switch back fail with it.
 	restoreIDs func(identity, bool) error
 	umask      fs.FileMode
@@ -77,7 +82,7 @@ func New(o Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		reg: o.Registry, users: o.Users, log: o.Logger, self: self, restoreIDs: restoreIDs,
+		reg: o.Registry, users: o.Users, log: o.Logger, adminGroup: o.AdminGroup, self: self, restoreIDs: restoreIDs,
 		umask: processUmask(), transfers: map[*stream.Stream]struct{}{},
 		identities: make(chan struct{}, identityThreads), held: make(chan struct{}, heldBudget()),
 	}
@@ -273,6 +278,8 @@ func (m *Manager) MakeDirFor(userName, path string, parents bool, owner *User) e
 	if err != nil {
 		return err
 	}
+	noMagic := m.noMagicFor(u, owner)
+	owner = gift(owner)
 	return m.as(u, func() error {
 		if st, err := os.Stat(p); err == nil {
 			if st.IsDir() {
@@ -280,15 +287,17 @@ func (m *Manager) MakeDirFor(userName, path string, parents bool, owner *User) e
 			}
 			return newErr("mkdir", p, ErrExists, ErrNotDir)
 		}
+		var d dirFD
 		var err error
 		if parents {
-			err = m.mkdirAllFor(p, 0o777, owner)
-		} else if err = os.Mkdir(p, 0o777); err == nil {
-			err = m.giveTo(p, owner)
+			d, err = mkdirAll(p, 0o777, owner, noMagic)
+		} else if d, err = openDir(filepath.Dir(p), noMagic); err == nil {
+			err = pathErr("mkdir", p, d.mkdirAt(filepath.Base(p), 0o777, owner))
 		}
 		if err != nil {
 			return newErr("mkdir", p, nil, err)
 		}
+		d.close()
 		return nil
 	})
 }
@@ -303,19 +312,45 @@ func (m *Manager) Remove(userName, path string, recursive bool) error {
 	if p == "/" {
 		return newErr("remove", p, ErrInvalid, errRemoveRoot)
 	}
+	noMagic := m.noMagicFor(u, nil)
 	return m.as(u, func() error {
 		if _, err := os.Lstat(p); err != nil {
 			return newErr("remove", p, nil, err)
 		}
-		remove := os.Remove
+		var err error
 		if recursive {
-			remove = os.RemoveAll
+			err = os.RemoveAll(p)
+		} else {
+			err = removeAt(p, noMagic)
 		}
-		if err := remove(p); err != nil {
+		if err != nil {
 			return newErr("remove", p, nil, err)
 		}
 		return nil
 	})
+}
+
+// removeAt is os.Remove relative to the descriptor of p's directory.
+func removeAt(p string, noMagic bool) error {
+	d, err := openDir(filepath.Dir(p), noMagic)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	name := filepath.Base(p)
+	err = unix.Unlinkat(int(d), name, 0)
+	if err == nil {
+		return nil
+	}
+	rerr := unix.Unlinkat(int(d), name, unix.AT_REMOVEDIR)
+	if rerr == nil {
+		return nil
+	}
+	// Both failed: the rmdir's error says more, unless p is no directory.
+	if !errors.Is(rerr, unix.ENOTDIR) {
+		err = rerr
+	}
+	return &fs.PathError{Op: "remove", Path: p, Err: err}
 }
 
 // Chmod sets the permission bits (with setuid 0o4000, setgid 0o2000 and

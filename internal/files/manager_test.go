@@ -304,7 +304,7 @@ func TestChmodChown(t *testing.T) {
 	wantKind(t, m.Chown("", f, "no-such-user-here", ""), ErrUnknownUser)
 	wantKind(t, m.Chown("", f, "", "no-such-group-here"), ErrUnknownUser)
 	// nobody owns f but may not give it away.
-	openDir(t, root)
+	openToAll(t, root)
 	wantKind(t, m.Chown("nobody", f, "root", ""), ErrPermission)
 }
 

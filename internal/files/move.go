@@ -51,16 +51,31 @@ func (m *Manager) MoveWith(userName, from, to string, o MoveOptions) error {
 		}
 	}
 	across := false
+	noMagic, owner := m.noMagicFor(u, o.Owner), gift(o.Owner)
 	err = m.as(u, func() error {
-		if o.Parents {
-			if _, err := os.Lstat(src); err != nil {
-				return newErr("move", src, nil, err)
-			}
-			if err := m.mkdirAllFor(filepath.Dir(dst), 0o777, o.Owner); err != nil {
-				return newErr("move", dst, nil, err)
-			}
+		from, err := openDir(filepath.Dir(src), noMagic)
+		if err != nil {
+			return newErr("move", src, nil, err)
 		}
-		err := os.Rename(src, dst)
+		defer from.close()
+		var to dirFD
+		if o.Parents {
+			var st unix.Stat_t
+			if err := unix.Fstatat(int(from), filepath.Base(src), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return newErr("move", src, nil, pathErr("lstat", src, err))
+			}
+			to, err = mkdirAll(filepath.Dir(dst), 0o777, owner, noMagic)
+		} else {
+			to, err = openDir(filepath.Dir(dst), noMagic)
+		}
+		if err != nil {
+			return newErr("move", dst, nil, err)
+		}
+		defer to.close()
+		// Both names relative to their directories' descriptors: a
+		// symlink swapped into either path meanwhile moves nothing
+		// elsewhere.
+		err = pathErr("rename", src, unix.Renameat(int(from), filepath.Base(src), int(to), filepath.Base(dst)))
 		switch {
 		case err == nil:
 			return nil

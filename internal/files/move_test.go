@@ -109,7 +109,7 @@ func TestMoveParents(t *testing.T) {
 	needRoot(t)
 	m, _ := newManager(t)
 	root := t.TempDir()
-	openDir(t, root)
+	openToAll(t, root)
 	writeFile(t, filepath.Join(root, "a"), "A")
 	os.Chown(filepath.Join(root, "a"), 65534, 65534)
 	to := filepath.Join(root, "new/deeper/a")

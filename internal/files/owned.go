@@ -1,63 +1,52 @@
 package files
 
 import (
-	"errors"
-	"io/fs"
-	"os"
-	"path/filepath"
+	"slices"
 	"strconv"
 )
 
 // Acting with the agent's rights on a user's behalf, as E2B's envd (which
 // runs as root) does on its surface: the operation runs as the agent,
 // and what it creates, missing directories and a new file, is given to
-// the user (WriteOptions.Owner, MakeDirFor, MoveOptions.Owner). The
-// native surface never does this: it acts as the user.
+// the user (WriteOptions.Owner, MakeDirFor, MoveOptions.Owner), each
+// relative to its directory's descriptor (dirfd.go). The native surface
+// never does this: it acts as the user. Who may be served so is the
+// surface's choice: envd's gives it only to users who could become root
+// anyway (Privileged).
 
 // Agent is the name (its uid) that resolves to the agent's own identity,
 // for operations with its rights.
 func (m *Manager) Agent() string { return strconv.FormatUint(uint64(m.self.uid), 10) }
 
-// giveTo gives path to owner, unless owner is nil or the agent itself
-// (who created it).
-func (m *Manager) giveTo(path string, owner *User) error {
-	if owner == nil || (owner.UID == m.self.uid && owner.GID == m.self.gid) {
-		return nil
+// Privileged says whether u has root's rights anyway: root, or a member
+// of the admin group (Options.AdminGroup, sudo's by default in the agent),
+// who can become root. Only such users may be served with the agent's
+// rights: for anyone else that would let a program of theirs, or of
+// another user, aim the agent's rights at what they could not reach
+// (a symlink from their home into root's directories).
+func (m *Manager) Privileged(u User) bool {
+	if u.UID == 0 {
+		return true
 	}
-	return os.Lchown(path, int(owner.UID), int(owner.GID))
+	if m.adminGroup == "" {
+		return false
+	}
+	gid, err := m.users.GID(m.adminGroup)
+	return err == nil && (u.GID == gid || slices.Contains(u.Groups, gid))
 }
 
-// mkdirAllFor is os.MkdirAll that gives each directory it creates to
-// owner (nil: left as created).
-func (m *Manager) mkdirAllFor(dir string, perm fs.FileMode, owner *User) error {
-	if owner == nil {
-		return os.MkdirAll(dir, perm)
+// noMagicFor says whether an operation as u, creating for owner, may not
+// go through a /proc magic link (magic.go): it works for someone other
+// than the agent.
+func (m *Manager) noMagicFor(u User, owner *User) bool {
+	return owner != nil || u.UID != m.self.uid || u.GID != m.self.gid
+}
+
+// gift is who gets what an operation creates: owner, unless it is nil
+// or the agent itself (who created it).
+func gift(owner *User) *User {
+	if owner == nil || owner.IsAgent() {
+		return nil
 	}
-	var missing []string
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		st, err := os.Stat(d)
-		if err == nil {
-			if !st.IsDir() {
-				return &fs.PathError{Op: "mkdir", Path: d, Err: errors.New("not a directory")}
-			}
-			break
-		}
-		if !errors.Is(err, fs.ErrNotExist) || d == "/" {
-			return err
-		}
-		missing = append(missing, d)
-	}
-	for i := len(missing) - 1; i >= 0; i-- {
-		err := os.Mkdir(missing[i], perm)
-		if errors.Is(err, fs.ErrExist) {
-			continue // made meanwhile, by someone else: not ours to give
-		}
-		if err != nil {
-			return err
-		}
-		if err := m.giveTo(missing[i], owner); err != nil {
-			return err
-		}
-	}
-	return nil
+	return owner
 }

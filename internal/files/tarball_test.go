@@ -67,7 +67,7 @@ func TestWriteTarUnreadable(t *testing.T) {
 	needRoot(t)
 	m, _ := newManager(t)
 	root := t.TempDir()
-	openDir(t, root)
+	openToAll(t, root)
 	writeFile(t, filepath.Join(root, "a"), "a")
 	writeFile(t, filepath.Join(root, "b"), "b")
 	os.Chmod(filepath.Join(root, "b"), 0o600)

@@ -28,7 +28,7 @@ func TestNobody(t *testing.T) {
 	m, _ := newManager(t)
 	for name, root := range filesystems(t) {
 		t.Run(name, func(t *testing.T) {
-			openDir(t, root)
+			openToAll(t, root)
 			private := filepath.Join(root, "private")
 			os.Mkdir(private, 0o700)
 			writeFile(t, filepath.Join(private, "secret"), "s")
@@ -259,7 +259,7 @@ func TestSupplementaryGroups(t *testing.T) {
 
 	m, _ := newManager(t)
 	parent := t.TempDir()
-	openDir(t, parent)
+	openToAll(t, parent)
 	dir := filepath.Join(parent, "shared")
 	os.Mkdir(dir, 0o750)
 	os.Chown(dir, 0, gid)

@@ -53,12 +53,19 @@ type Committed struct {
 // Writer writes a file atomically: into a temporary file in the same
 // directory, renamed over the target by Commit. A reader of the path sees
 // the old content or the new, never a part. Abort, or any failure,
-// removes the temporary file. A Writer is used by one goroutine.
+// removes the temporary file. The directory is held open from Create on
+// and every step is relative to it (dirfd.go): a symlink swapped into the
+// path meanwhile leads nothing astray, and a directory renamed during the
+// write still gets its file, or loses its temporary one. A Writer is used
+// by one goroutine.
 type Writer struct {
 	m       *Manager
 	u       User
 	path    string
-	tmp     string
+	dir     dirFD  // the target's directory; -1 until prepared
+	name    string // the target's name in dir
+	tmp     string // the temporary file's path (for the journal)
+	tmpName string // its name in dir
 	f       *os.File
 	hash    hash.Hash // nil with NoHash
 	size    int64
@@ -89,47 +96,76 @@ func (m *Manager) Create(userName, path string, o WriteOptions) (*Writer, error)
 	if err := checkMetadata(p, o.Metadata); err != nil {
 		return nil, err
 	}
-	w := &Writer{m: m, u: u, path: p, opts: o}
+	w := &Writer{m: m, u: u, path: p, opts: o, dir: -1}
 	if !o.NoHash {
 		w.hash = sha256.New()
 	}
 	if err := m.as(u, w.prepare); err != nil {
+		if w.dir >= 0 {
+			w.dir.close()
+		}
 		return nil, err
 	}
 	w.tmp = tempName(w.path)
+	w.tmpName = filepath.Base(w.tmp)
 	w.entry = m.journal.add(w.tmp, u)
 	if err := m.as(u, w.createTemp); err != nil {
 		m.journal.done(w.entry)
+		w.dir.close()
 		return nil, err
 	}
 	return w, nil
 }
 
-// prepare checks the target and its directory; it runs as the user.
+// noMagic says whether the writer's paths may not go through a /proc
+// magic link: it works for someone other than the agent.
+func (w *Writer) noMagic() bool {
+	return w.opts.Owner != nil || w.u.UID != w.m.self.uid || w.u.GID != w.m.self.gid
+}
+
+// prepare opens the target's directory and checks the target; it runs
+// as the user.
 func (w *Writer) prepare() error {
-	st, err := os.Lstat(w.path)
-	if err == nil && st.Mode()&fs.ModeSymlink != 0 {
+	if st, err := os.Lstat(w.path); err == nil && st.Mode()&fs.ModeSymlink != 0 {
 		// Write through the link like a shell's > does; a dangling link
 		// is replaced.
 		if real, rerr := filepath.EvalSymlinks(w.path); rerr == nil {
 			w.path = real
-			st, err = os.Lstat(real)
-		} else {
-			st, err = nil, fs.ErrNotExist
 		}
 	}
+	dir := filepath.Dir(w.path)
+	w.name = filepath.Base(w.path)
+	var err error
+	if w.opts.Parents {
+		w.dir, err = mkdirAll(dir, 0o777, w.opts.Owner, w.noMagic())
+	} else {
+		w.dir, err = openDir(dir, w.noMagic())
+	}
+	if err != nil {
+		return newErr("write", w.path, nil, err)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(int(w.dir), &sfs); err == nil && virtualFS(sfs.Type) {
+		return newErr("write", w.path, ErrUnsupported, errVirtual)
+	}
+	st, err := w.lstat()
+	if err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		// A dangling link (or one that appeared meanwhile): the rename
+		// replaces the link itself.
+		st, err = nil, fs.ErrNotExist
+	}
 	switch {
-	case err == nil && st.IsDir():
+	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
 		return newErr("write", w.path, ErrIsDir, nil)
-	case err == nil && !st.Mode().IsRegular():
+	case err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG:
 		return newErr("write", w.path, ErrNotRegular, nil)
 	case err == nil && w.opts.Exclusive:
 		return newErr("write", w.path, ErrExists, nil)
 	case err == nil:
 		w.existed = true
-		w.mode = modeBits(st.Mode())
-		if sys := statT(st); w.u.UID == 0 && sys != nil && (sys.Uid != 0 || sys.Gid != 0) {
-			w.owner = &[2]int{int(sys.Uid), int(sys.Gid)}
+		w.mode = st.Mode & 0o7777
+		if w.u.UID == 0 && (st.Uid != 0 || st.Gid != 0) {
+			w.owner = &[2]int{int(st.Uid), int(st.Gid)}
 		}
 	case !errors.Is(err, fs.ErrNotExist):
 		return newErr("write", w.path, nil, err)
@@ -139,46 +175,46 @@ func (w *Writer) prepare() error {
 	} else if !w.existed {
 		w.mode = uint32(0o666 &^ w.m.umask)
 	}
-	dir := filepath.Dir(w.path)
-	if w.opts.Parents {
-		if err := w.m.mkdirAllFor(dir, 0o777, w.opts.Owner); err != nil {
-			return newErr("write", w.path, nil, err)
-		}
-	} else if st, err := os.Stat(dir); err != nil {
-		return newErr("write", w.path, nil, err)
-	} else if !st.IsDir() {
-		return newErr("write", w.path, ErrNotDir, nil)
-	}
-	var sfs unix.Statfs_t
-	if err := unix.Statfs(dir, &sfs); err == nil && virtualFS(sfs.Type) {
-		return newErr("write", w.path, ErrUnsupported, errVirtual)
-	}
 	return nil
 }
 
-// createTemp creates the temporary file, with the current content when
-// appending; it runs as the user.
-func (w *Writer) createTemp() error {
-	f, err := os.OpenFile(w.tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return newErr("write", w.path, nil, err)
+// lstat describes the target, a symlink itself, in the held directory.
+func (w *Writer) lstat() (*unix.Stat_t, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(w.dir), w.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, &fs.PathError{Op: "lstat", Path: w.path, Err: err}
 	}
+	return &st, nil
+}
+
+// createTemp creates the temporary file, with the current content when
+// appending; it runs as the user. A new file's owner is given through its
+// descriptor.
+func (w *Writer) createTemp() error {
+	fd, err := unix.Openat(int(w.dir), w.tmpName, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return newErr("write", w.path, nil, &fs.PathError{Op: "open", Path: w.tmp, Err: err})
+	}
+	f := os.NewFile(uintptr(fd), w.tmp)
 	w.f = f
-	if !w.existed {
-		if err := w.m.giveTo(w.tmp, w.opts.Owner); err != nil {
-			f.Close()
-			os.Remove(w.tmp)
+	undo := func() {
+		f.Close()
+		unix.Unlinkat(int(w.dir), w.tmpName, 0)
+	}
+	if !w.existed && w.opts.Owner != nil && !w.opts.Owner.IsAgent() {
+		if err := unix.Fchown(fd, int(w.opts.Owner.UID), int(w.opts.Owner.GID)); err != nil {
+			undo()
 			return newErr("write", w.path, nil, err)
 		}
 	}
-	if err := setMetadata(int(f.Fd()), w.path, w.opts.Metadata); err != nil {
-		f.Close()
-		os.Remove(w.tmp)
+	if err := setMetadata(fd, w.path, w.opts.Metadata); err != nil {
+		undo()
 		return err
 	}
 	if w.opts.Append && w.existed {
-		old, err := os.Open(w.path)
+		ofd, err := unix.Openat(int(w.dir), w.name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err == nil {
+			old := os.NewFile(uintptr(ofd), w.path)
 			var dst io.Writer = f
 			if w.hash != nil {
 				dst = io.MultiWriter(f, w.hash)
@@ -187,8 +223,7 @@ func (w *Writer) createTemp() error {
 			old.Close()
 		}
 		if err != nil {
-			f.Close()
-			os.Remove(w.tmp)
+			undo()
 			return newErr("write", w.path, nil, err)
 		}
 	}
@@ -360,16 +395,19 @@ func (w *Writer) ready() error {
 // it: a file that appeared at an Exclusive path, a directory that did, a
 // directory that went away.
 func (w *Writer) checkTarget() error {
-	st, err := os.Lstat(w.path)
+	st, err := w.lstat()
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		_, err = os.Stat(filepath.Dir(w.path))
-		return err
+		var dst unix.Stat_t
+		if err := unix.Fstat(int(w.dir), &dst); err == nil && dst.Nlink == 0 {
+			return &fs.PathError{Op: "stat", Path: filepath.Dir(w.path), Err: unix.ENOENT}
+		}
+		return nil
 	case err != nil:
 		return err
 	case w.opts.Exclusive:
 		return newErr("write", w.path, ErrExists, nil)
-	case st.IsDir():
+	case st.Mode&unix.S_IFMT == unix.S_IFDIR:
 		return newErr("write", w.path, ErrIsDir, nil)
 	}
 	return nil
@@ -382,6 +420,7 @@ func (w *Writer) place() (Committed, error) {
 	}
 	w.closed = true
 	w.f.Close()
+	w.dir.close()
 	w.m.journal.done(w.entry)
 	c := Committed{Path: w.path, Size: w.size, Created: !w.existed}
 	if w.hash != nil {
@@ -390,22 +429,31 @@ func (w *Writer) place() (Committed, error) {
 	return c, nil
 }
 
-// rename puts the temporary file in place; Exclusive never replaces a
-// file that appeared meanwhile.
+// rename puts the temporary file in place, in the held directory;
+// Exclusive never replaces a file that appeared meanwhile.
 func (w *Writer) rename() error {
+	d := int(w.dir)
 	if !w.opts.Exclusive {
-		return os.Rename(w.tmp, w.path)
+		return pathErr("rename", w.path, unix.Renameat(d, w.tmpName, d, w.name))
 	}
-	err := unix.Renameat2(unix.AT_FDCWD, w.tmp, unix.AT_FDCWD, w.path, unix.RENAME_NOREPLACE)
+	err := unix.Renameat2(d, w.tmpName, d, w.name, unix.RENAME_NOREPLACE)
 	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) {
-		return err
+		return pathErr("rename", w.path, err)
 	}
 	// A filesystem without RENAME_NOREPLACE: link fails if the path
 	// exists, and the temporary name goes after.
-	if err := os.Link(w.tmp, w.path); err != nil {
-		return err
+	if err := unix.Linkat(d, w.tmpName, d, w.name, 0); err != nil {
+		return pathErr("link", w.path, err)
 	}
-	return os.Remove(w.tmp)
+	return pathErr("remove", w.tmp, unix.Unlinkat(d, w.tmpName, 0))
+}
+
+// pathErr is err, if any, as an *fs.PathError.
+func pathErr(op, path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &fs.PathError{Op: op, Path: path, Err: err}
 }
 
 // Abort removes the temporary file; the path keeps its old content. It
@@ -423,7 +471,8 @@ func (w *Writer) fail(err error) error {
 		w.err = err
 		w.closed = true
 		w.f.Close()
-		w.m.as(w.u, func() error { return os.Remove(w.tmp) })
+		w.m.as(w.u, func() error { return unix.Unlinkat(int(w.dir), w.tmpName, 0) })
+		w.dir.close()
 		w.m.journal.done(w.entry)
 	}
 	return w.err
