@@ -44,7 +44,10 @@ type config struct {
 	maxHold     time.Duration
 	onIdle      string
 	defaultUser string
-	logLevel    string
+	// adminGroup's members can become root (sudo's group): the envd
+	// surface serves them, and root, with the agent's rights.
+	adminGroup string
+	logLevel   string
 	// Resume detectors, each can be switched off.
 	detectVMGenID bool
 	detectVMClock bool
@@ -134,6 +137,7 @@ func parseServe(args []string) (config, error) {
 	fs.StringVar(&holdDefault, "max-hold-seconds", holdDefault, "how long a hold (keep_awake, the hold op) keeps the sandbox awake at most, in seconds, at least 1 (env RAYITO_MAX_HOLD_SECONDS)")
 	fs.StringVar(&c.onIdle, "on-idle", envOr("RAYITO_ON_IDLE", ""), "command run once when the sandbox becomes idle (env RAYITO_ON_IDLE)")
 	fs.StringVar(&c.defaultUser, "default-user", envOr("RAYITO_DEFAULT_USER", ""), "user for processes that name none (env RAYITO_DEFAULT_USER)")
+	fs.StringVar(&c.adminGroup, "admin-group", envOr("RAYITO_ADMIN_GROUP", "sudo"), "group whose members can become root (sudo's): the envd API does their file operations with the agent's rights, as envd does; anyone else's run with their own rights; \"none\" leaves only root (env RAYITO_ADMIN_GROUP)")
 	fs.StringVar(&c.logLevel, "log-level", envOr("RAYITO_LOG_LEVEL", "info"), "debug, info, warn or error (env RAYITO_LOG_LEVEL)")
 	fs.BoolVar(&c.detectVMGenID, "detect-vmgenid", envBool("RAYITO_DETECT_VMGENID", true), "detect resumes from VMGenID change uevents (env RAYITO_DETECT_VMGENID)")
 	fs.BoolVar(&c.detectVMClock, "detect-vmclock", envBool("RAYITO_DETECT_VMCLOCK", true), "detect resumes from /dev/vmclock0's generation counter (env RAYITO_DETECT_VMCLOCK)")
@@ -157,6 +161,9 @@ func parseServe(args []string) (config, error) {
 	fs.StringVar(&originsFlag, "allowed-origins", originsFlag, "web pages that may call the agent from a browser (CORS and websocket origins): * for any, as envd, or a comma list such as https://ide.example.com; every call still needs the token (env RAYITO_ALLOWED_ORIGINS)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.adminGroup == "none" {
+		c.adminGroup = ""
 	}
 	c.listen = listens.list
 	if len(c.listen) == 0 {
@@ -402,8 +409,13 @@ func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
-	if m.files, err = files.New(files.Options{Registry: m.streams, Users: m.accounts, StateDir: cfg.stateDir, Logger: log.Named("files")}); err != nil {
+	if m.files, err = files.New(files.Options{Registry: m.streams, Users: m.accounts, StateDir: cfg.stateDir, Logger: log.Named("files"), AdminGroup: cfg.adminGroup}); err != nil {
 		return nil, fmt.Errorf("files: %w", err)
+	}
+	if cfg.adminGroup != "" {
+		if _, err := m.accounts.GID(cfg.adminGroup); err != nil {
+			log.Info("no admin group here: the envd API does only root's file operations with the agent's rights", zap.String("admin_group", cfg.adminGroup))
+		}
 	}
 	var earlier []string
 	for _, k := range m.resumer.State().Kernels {

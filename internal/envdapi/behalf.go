@@ -2,21 +2,26 @@ package envdapi
 
 import (
 	"path/filepath"
+	"strconv"
 
 	"github.com/rayito/rayito-agent/internal/files"
 )
 
 // behalf is how the envd surface does a file operation for the user a
-// request names: with the agent's own rights, as envd (which runs as
-// root) does, so that nothing envd allows is refused here (the SDK
-// names "user" on every call, and writes into root's directories). The
-// user decides where a relative path starts (their home) and who owns
-// what the operation creates: missing directories and new files are
-// given to them, as envd's EnsureDirs and upload do. The native surface
-// acts as the user instead (protocol.md, Files).
+// request names. For a user with root's rights anyway (root, or a member
+// of the admin group: files.Manager.Privileged), with the agent's own
+// rights, as envd (which runs as root, in images where the user has sudo)
+// does, so that nothing envd allows is refused here: the SDK names "user"
+// on every call, and writes into root's directories; what the operation
+// creates (missing directories, new files) is given to the user, as
+// envd's EnsureDirs and upload do. For anyone else, with the user's own
+// rights, as the native surface always does: the agent's rights would let
+// a program of theirs aim them at root's files through a symlink. Either
+// way the user decides where a relative path starts (their home).
 type behalf struct {
-	agent string      // the agent's own name for the file manager
-	owner *files.User // who gets what is created
+	as    string      // who the file manager acts as: the agent, or the user
+	user  *files.User // the request's user
+	owner *files.User // who gets what is created when acting as the agent; nil else
 }
 
 // onBehalf resolves the request's user ("" is the default user).
@@ -25,7 +30,10 @@ func (s *Server) onBehalf(user string) (behalf, error) {
 	if err != nil {
 		return behalf{}, err
 	}
-	return behalf{agent: s.cfg.Files.Agent(), owner: &u}, nil
+	if s.cfg.Files.Privileged(u) {
+		return behalf{as: s.cfg.Files.Agent(), user: &u, owner: &u}, nil
+	}
+	return behalf{as: strconv.FormatUint(uint64(u.UID), 10), user: &u}, nil
 }
 
 // path is p from the user's home when relative.
@@ -33,7 +41,7 @@ func (b behalf) path(p string) string {
 	if p == "" || filepath.IsAbs(p) {
 		return p
 	}
-	home := b.owner.Home
+	home := b.user.Home
 	if home == "" {
 		home = "/"
 	}

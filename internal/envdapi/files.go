@@ -46,7 +46,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		writeFileStatus(w, err)
 		return
 	}
-	f, err := s.cfg.Files.Open(b.agent, b.path(path))
+	f, err := s.cfg.Files.Open(b.as, b.path(path))
 	if err != nil {
 		writeFileStatus(w, err)
 		return
@@ -106,7 +106,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	metadata := metadataHeaders(r.Header)
-	up := s.cfg.Files.Stage(b.agent, files.WriteOptions{Parents: true, Metadata: metadata, Owner: b.owner,
+	up := s.cfg.Files.Stage(b.as, files.WriteOptions{Parents: true, Metadata: metadata, Owner: b.owner,
 		NoHash: true}) // envd answers no checksum
 	defer up.Abort()
 	media, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))

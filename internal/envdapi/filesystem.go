@@ -44,7 +44,7 @@ func (f *filesystemService) Stat(ctx context.Context, req *connect.Request[files
 	if err != nil {
 		return nil, err
 	}
-	info, err := f.s.cfg.Files.StatWith(b.agent, b.path(req.Msg.GetPath()), withMetadata)
+	info, err := f.s.cfg.Files.StatWith(b.as, b.path(req.Msg.GetPath()), withMetadata)
 	if err != nil {
 		return nil, fileError(err)
 	}
@@ -58,7 +58,7 @@ func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 	if err != nil {
 		return nil, err
 	}
-	infos, err := f.s.cfg.Files.ListWith(b.agent, b.path(req.Msg.GetPath()), int(req.Msg.GetDepth()), withMetadata)
+	infos, err := f.s.cfg.Files.ListWith(b.as, b.path(req.Msg.GetPath()), int(req.Msg.GetDepth()), withMetadata)
 	if err != nil {
 		return nil, fileError(err)
 	}
@@ -78,10 +78,10 @@ func (f *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fi
 		return nil, err
 	}
 	path := b.path(req.Msg.GetPath())
-	if err := f.s.cfg.Files.MakeDirFor(b.agent, path, true, b.owner); err != nil {
+	if err := f.s.cfg.Files.MakeDirFor(b.as, path, true, b.owner); err != nil {
 		return nil, fileError(err)
 	}
-	info, err := f.s.cfg.Files.StatWith(b.agent, path, withMetadata)
+	info, err := f.s.cfg.Files.StatWith(b.as, path, withMetadata)
 	if err != nil {
 		return nil, fileError(err)
 	}
@@ -97,10 +97,10 @@ func (f *filesystemService) Move(ctx context.Context, req *connect.Request[files
 	}
 	m := req.Msg
 	dst := b.path(m.GetDestination())
-	if err := f.s.cfg.Files.MoveWith(b.agent, b.path(m.GetSource()), dst, files.MoveOptions{Parents: true, Owner: b.owner}); err != nil {
+	if err := f.s.cfg.Files.MoveWith(b.as, b.path(m.GetSource()), dst, files.MoveOptions{Parents: true, Owner: b.owner}); err != nil {
 		return nil, fileError(err)
 	}
-	info, err := f.s.cfg.Files.StatWith(b.agent, dst, withMetadata)
+	info, err := f.s.cfg.Files.StatWith(b.as, dst, withMetadata)
 	if err != nil {
 		return nil, fileError(err)
 	}
@@ -114,7 +114,7 @@ func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[fil
 	if err != nil {
 		return nil, err
 	}
-	err = f.s.cfg.Files.Remove(b.agent, b.path(req.Msg.GetPath()), true)
+	err = f.s.cfg.Files.Remove(b.as, b.path(req.Msg.GetPath()), true)
 	if err != nil && !errors.Is(err, files.ErrNotFound) {
 		return nil, fileError(err)
 	}

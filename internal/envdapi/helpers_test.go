@@ -78,6 +78,10 @@ type agentOptions struct {
 	user string
 	// e2bAPI mounts the control plane (--e2b-api).
 	e2bAPI bool
+	// adminGroup is --admin-group: whose file operations run with the
+	// agent's rights. "" is nogroup, nobody's: nobody plays E2B's user,
+	// who has sudo. "none" leaves only root.
+	adminGroup string
 }
 
 // smallBuffer is the socket buffer size of smallBuffers.
@@ -90,7 +94,14 @@ func newAgent(t testing.TB, o agentOptions) *agent {
 	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
 	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
 	watches := watch.NewManagerWith(streams, watch.ManagerOptions{IsTemp: files.IsTemp})
-	fileMgr, err := files.New(files.Options{Registry: streams, Users: defaults.Users(), StateDir: t.TempDir()})
+	admin := o.adminGroup
+	switch admin {
+	case "":
+		admin = "nogroup"
+	case "none":
+		admin = ""
+	}
+	fileMgr, err := files.New(files.Options{Registry: streams, Users: defaults.Users(), StateDir: t.TempDir(), AdminGroup: admin})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,7 @@ type (
 		MakeDirFor(user, path string, parents bool, owner *files.User) error
 		User(name string) (files.User, error)
 		Agent() string
+		Privileged(u files.User) bool
 		MoveWith(user, from, to string, o files.MoveOptions) error
 		Remove(user, path string, recursive bool) error
 		Open(user, path string) (*files.File, error)

@@ -78,7 +78,7 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 				return err
 			}
 			if req.Msg.GetIncludeEntry() {
-				ev.Entry = s.eventEntry(b.agent, path, ev.GetName())
+				ev.Entry = s.eventEntry(b.as, path, ev.GetName())
 			}
 			if err := out.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
 				return err
