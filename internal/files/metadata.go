@@ -72,13 +72,26 @@ func setMetadata(fd int, path string, md map[string]string) error {
 // readMetadata returns the metadata of the entry at path (not following
 // a symlink), nil when it has none or it cannot be read.
 func readMetadata(path string) map[string]string {
+	return metadataOf(func(b []byte) (int, error) { return unix.Llistxattr(path, b) },
+		func(name string, b []byte) (int, error) { return unix.Lgetxattr(path, name, b) })
+}
+
+// readMetadataFD is readMetadata of an open file or directory.
+func readMetadataFD(fd int) map[string]string {
+	return metadataOf(func(b []byte) (int, error) { return unix.Flistxattr(fd, b) },
+		func(name string, b []byte) (int, error) { return unix.Fgetxattr(fd, name, b) })
+}
+
+// metadataOf reads the metadata with list and get, the listxattr and
+// getxattr of one entry.
+func metadataOf(list func([]byte) (int, error), get func(string, []byte) (int, error)) map[string]string {
 	var buf [1024]byte
 	names := buf[:]
-	n, err := unix.Llistxattr(path, names)
+	n, err := list(names)
 	if errors.Is(err, unix.ERANGE) {
-		if n, err = unix.Llistxattr(path, nil); err == nil && n <= maxMetadataList {
+		if n, err = list(nil); err == nil && n <= maxMetadataList {
 			names = make([]byte, n)
-			n, err = unix.Llistxattr(path, names)
+			n, err = list(names)
 		}
 	}
 	if err != nil || n <= 0 {
@@ -90,7 +103,7 @@ func readMetadata(path string) map[string]string {
 		if !ok || key == "" {
 			continue
 		}
-		value, err := lgetxattr(path, string(name))
+		value, err := getxattr(get, string(name))
 		if err != nil {
 			continue // removed meanwhile
 		}
@@ -102,9 +115,9 @@ func readMetadata(path string) map[string]string {
 	return md
 }
 
-func lgetxattr(path, name string) (string, error) {
+func getxattr(get func(string, []byte) (int, error), name string) (string, error) {
 	var buf [256]byte
-	n, err := unix.Lgetxattr(path, name, buf[:])
+	n, err := get(name, buf[:])
 	if err == nil {
 		return string(buf[:n]), nil
 	}
@@ -112,7 +125,7 @@ func lgetxattr(path, name string) (string, error) {
 		return "", err
 	}
 	big := make([]byte, maxMetadataValue)
-	n, err = unix.Lgetxattr(path, name, big)
+	n, err = get(name, big)
 	if err != nil {
 		return "", err
 	}
