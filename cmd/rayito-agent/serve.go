@@ -141,8 +141,8 @@ func parseServe(args []string) (config, error) {
 	fs.StringVar(&c.logLevel, "log-level", envOr("RAYITO_LOG_LEVEL", "info"), "debug, info, warn or error (env RAYITO_LOG_LEVEL)")
 	fs.BoolVar(&c.detectVMGenID, "detect-vmgenid", envBool("RAYITO_DETECT_VMGENID", true), "detect resumes from VMGenID change uevents (env RAYITO_DETECT_VMGENID)")
 	fs.BoolVar(&c.detectVMClock, "detect-vmclock", envBool("RAYITO_DETECT_VMCLOCK", true), "detect resumes from /dev/vmclock0's generation counter (env RAYITO_DETECT_VMCLOCK)")
-	checkDefault := envOr("RAYITO_KERNEL_CHECK_TIMEOUT", resume.DefaultKernelCheck.String())
-	fs.StringVar(&checkDefault, "kernel-check-timeout", checkDefault, "how long a resume waits for a kernel to answer before reporting it lost; raise it under software emulation (env RAYITO_KERNEL_CHECK_TIMEOUT)")
+	checkDefault := envOr("RAYITO_KERNEL_CHECK_TIMEOUT", "auto")
+	fs.StringVar(&checkDefault, "kernel-check-timeout", checkDefault, "how long a resume waits for the kernels to answer before it publishes; one alive and slower is reported slow (never lost) and waited for; auto: "+resume.DefaultKernelCheck.String()+", or "+resume.EmulatedKernelCheck.String()+" on an emulated CPU (env RAYITO_KERNEL_CHECK_TIMEOUT)")
 	startDefault := envOr("RAYITO_KERNEL_START_TIMEOUT", jupyter.DefaultStartTimeout.String())
 	fs.StringVar(&startDefault, "kernel-start-timeout", startDefault, "how long a kernel may take to start before the start fails; raise it under software emulation on a busy host (env RAYITO_KERNEL_START_TIMEOUT)")
 	fs.StringVar(&c.codeInterpListen, "code-interpreter-listen", envOr("RAYITO_CODE_INTERPRETER_LISTEN", ""), "also serve the code-interpreter API (/execute, /contexts) on this address, such as 127.0.0.1:49999; off by default (env RAYITO_CODE_INTERPRETER_LISTEN)")
@@ -200,12 +200,15 @@ func parseServe(args []string) (config, error) {
 		return c, fmt.Errorf("--max-hold-seconds must be a whole number from 1 to %d, got %q", int64(traffic.MaxMaxHold/time.Second), holdDefault)
 	}
 	c.maxHold = time.Duration(n) * time.Second
-	d, err := time.ParseDuration(checkDefault)
-	if err != nil || d < 10*time.Millisecond || d > 5*time.Minute {
-		return c, fmt.Errorf("--kernel-check-timeout must be a duration from 10ms to 5m, such as 1s or 8s, got %q", checkDefault)
+	if checkDefault == "auto" {
+		c.kernelCheck = resume.AutoKernelCheck()
+	} else if d, err := time.ParseDuration(checkDefault); err != nil || d < 10*time.Millisecond || d > 5*time.Minute {
+		return c, fmt.Errorf("--kernel-check-timeout must be auto or a duration from 10ms to 5m, such as 1s or 8s, got %q", checkDefault)
+	} else {
+		c.kernelCheck = d
 	}
-	c.kernelCheck = d
-	if d, err = time.ParseDuration(startDefault); err != nil || d < 10*time.Second || d > time.Hour {
+	d, err := time.ParseDuration(startDefault)
+	if err != nil || d < 10*time.Second || d > time.Hour {
 		return c, fmt.Errorf("--kernel-start-timeout must be a duration from 10s to 1h, such as 2m or 10m, got %q", startDefault)
 	}
 	c.kernelStart = d
@@ -394,6 +397,11 @@ func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
 		OnChange: func() {
 			if m.resumer != nil {
 				m.resumer.KernelsChanged()
+			}
+		},
+		OnLost: func(kernel string) {
+			if m.resumer != nil {
+				m.resumer.KernelLost(kernel)
 			}
 		},
 	})
@@ -616,6 +624,8 @@ func (k kernelHealth) List() []resume.KernelHealth {
 			state = "dead"
 		case jupyter.StateLost:
 			state = "lost"
+		case jupyter.StateSlow:
+			state = "slow"
 		}
 		out = append(out, resume.KernelHealth{Kernel: info.Kernel, State: state})
 	}

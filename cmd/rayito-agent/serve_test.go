@@ -16,7 +16,7 @@ func TestParseServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.kernelCheck != resume.DefaultKernelCheck || c.maxIdle != 0 || !c.detectClock || c.maxHold != 8*time.Hour {
+	if c.kernelCheck != resume.AutoKernelCheck() || c.adminGroup != "sudo" || c.maxIdle != 0 || !c.detectClock || c.maxHold != 8*time.Hour {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if c.retention.Budget != 0 || c.retention.MaxEnded != stream.DefaultMaxEnded {
@@ -43,6 +43,9 @@ func TestParseServe(t *testing.T) {
 	c, err = parseServe([]string{"--kernel-check-timeout", "250ms", "--max-hold-seconds", "86400"})
 	if err != nil || c.kernelCheck != 250*time.Millisecond || c.maxHold != 24*time.Hour {
 		t.Fatalf("the flag wins over the environment: %+v, %v", c, err)
+	}
+	if c, err := parseServe([]string{"--kernel-check-timeout", "auto", "--admin-group", "none"}); err != nil || c.kernelCheck != resume.AutoKernelCheck() || c.adminGroup != "" {
+		t.Fatalf("--kernel-check-timeout auto, --admin-group none: %+v, %v", c, err)
 	}
 	if c.maxKernels != 8 || c.kernelStart != 2*time.Minute {
 		t.Fatalf("kernel defaults: %d kernels, %v to start", c.maxKernels, c.kernelStart)

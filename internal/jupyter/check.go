@@ -20,11 +20,21 @@ import (
 // seconds.
 const checkBound = 5 * time.Second
 
+// slowBound is how long a kernel that is alive but did not answer a
+// survival check in time gets to answer before it is called lost: under
+// software emulation a restored kernel took tens of seconds while the
+// guest translated its code again.
+const slowBound = 2 * time.Minute
+
 // CheckResult lists kernel ids by what the survival check found.
 type CheckResult struct {
 	Alive []string // answered (kernels still starting count as alive)
-	Lost  []string // did not answer within the bound; now in state lost
-	Dead  []string // had already died before the check
+	// Slow: the process is alive but did not answer within the bound. It
+	// is never called lost for that alone: the agent waits on for it (up
+	// to slowBound, then it is lost and Options.OnLost runs).
+	Slow []string
+	Lost []string // its channels failed (closed, refused): now in state lost
+	Dead []string // its process is gone
 }
 
 type verdict uint8
@@ -32,14 +42,17 @@ type verdict uint8
 const (
 	verdictSkip verdict = iota // shut down meanwhile
 	verdictAlive
+	verdictSlow
 	verdictLost
 	verdictDead
 )
 
 // Check probes every kernel at once (process alive, heartbeat echo,
 // kernel_info_request on control) and returns when ctx ends, or within
-// checkBound if ctx has no deadline. Kernels that fail are marked lost,
-// and kernels that pass are no longer lost.
+// checkBound if ctx has no deadline. It tells a dead kernel (its process
+// gone), a lost one (a channel failed) and a slow one (alive, and no
+// answer yet) apart: a slow kernel is followed in the background until it
+// answers, or for slowBound. Kernels that pass are no longer lost or slow.
 func (m *Manager) Check(ctx context.Context) CheckResult {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -62,6 +75,8 @@ func (m *Manager) Check(ctx context.Context) CheckResult {
 		switch verdicts[i] {
 		case verdictAlive:
 			res.Alive = append(res.Alive, k.id)
+		case verdictSlow:
+			res.Slow = append(res.Slow, k.id)
 		case verdictLost:
 			res.Lost = append(res.Lost, k.id)
 		case verdictDead:
@@ -84,19 +99,70 @@ func (k *Kernel) check(ctx context.Context) verdict {
 		return verdictAlive
 	}
 	err := inst.probe(ctx)
+	v := verdictAlive
+	switch {
+	case err == nil:
+	case !inst.alive() || unix.Kill(inst.pid, 0) != nil:
+		v = verdictDead
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		v = verdictSlow
+	default:
+		v = verdictLost
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.died != "" {
 		return verdictDead
 	}
 	if k.inst == inst {
+		k.lost = v == verdictLost || v == verdictDead
+		k.slow = v == verdictSlow
+		if v == verdictSlow && !k.following {
+			k.following = true
+			go k.followSlow(inst)
+		}
+	}
+	switch v {
+	case verdictSlow:
+		k.log.Warn("kernel slow to answer the survival check: alive, waiting on for it", zap.Error(err), zap.Duration("up_to", k.m.slowBound))
+	case verdictLost, verdictDead:
+		k.log.Warn("kernel failed the survival check", zap.Error(err))
+	}
+	return v
+}
+
+// followSlow waits, up to slowBound, for a kernel that was too slow for a
+// survival check to answer: then it is alive; if it never does, or its
+// channels fail, it is lost and the manager's OnLost runs.
+func (k *Kernel) followSlow(inst *instance) {
+	ctx, cancel := context.WithTimeout(context.Background(), k.m.slowBound)
+	defer cancel()
+	go func() {
+		select {
+		case <-k.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := inst.probe(ctx)
+	k.mu.Lock()
+	k.following = false
+	current := k.inst == inst && k.slow && k.died == "" && !k.shut
+	if current {
+		k.slow = false
 		k.lost = err != nil
 	}
-	if err != nil {
-		k.log.Warn("kernel failed the survival check", zap.Error(err))
-		return verdictLost
+	k.mu.Unlock()
+	switch {
+	case !current:
+	case err == nil:
+		k.log.Info("a kernel slow to answer the survival check answered; it keeps its state")
+	default:
+		k.log.Warn("a kernel slow to answer the survival check never did: lost", zap.Error(err))
+		if k.m.onLost != nil {
+			k.m.onLost(k.id)
+		}
 	}
-	return verdictAlive
 }
 
 // recheck gives a kernel marked lost one more chance, for up to

@@ -19,6 +19,9 @@ const (
 	StateBusy     State = "busy"
 	StateDead     State = "dead"
 	StateLost     State = "lost"
+	// StateSlow: alive, but it did not answer a resume's survival check
+	// in time; the agent waits on for it (check.go).
+	StateSlow State = "slow"
 )
 
 // KernelInfo describes a kernel for `kernel_list`.
@@ -55,15 +58,19 @@ type Kernel struct {
 	// ready is closed once the kernel has a process, or can have none
 	// (dead, shut down); a restart replaces it with an open one. What
 	// must go to the process waits on it (currentWait).
-	ready   chan struct{}
-	exec    State  // starting, idle or busy, from iopub status
-	died    string // why the kernel is dead; "" while it is not
-	lost    bool   // failed the last survival check
-	shut    bool
-	count   int
-	queue   []*cell
-	running *cell
-	relays  map[*Relay]struct{}
+	ready chan struct{}
+	exec  State  // starting, idle or busy, from iopub status
+	died  string // why the kernel is dead; "" while it is not
+	lost  bool   // failed the last survival check
+	// slow: the last survival check timed out while the process lived;
+	// following says a goroutine waits for it to answer (check.go).
+	slow      bool
+	following bool
+	shut      bool
+	count     int
+	queue     []*cell
+	running   *cell
+	relays    map[*Relay]struct{}
 	// activity is when the kernel last published anything, for
 	// jupyter_server's last_activity.
 	activity time.Time
@@ -135,6 +142,8 @@ func (k *Kernel) stateLocked() State {
 		return StateDead
 	case k.lost:
 		return StateLost
+	case k.slow:
+		return StateSlow
 	case k.inst == nil:
 		return StateStarting
 	}

@@ -41,6 +41,10 @@ type Options struct {
 	MaxKernels int
 	// StartTimeout bounds a kernel start (0: DefaultStartTimeout).
 	StartTimeout time.Duration
+	// OnLost, if set, runs when a kernel a survival check found slow
+	// did not answer within two minutes after all: it is lost now. It must
+	// not call back into the Manager.
+	OnLost func(kernel string)
 }
 
 // DefaultMaxKernels is the agent's kernel bound unless --max-kernels
@@ -65,12 +69,15 @@ type Manager struct {
 	log      *zap.Logger
 	dirs     []string
 	onChange func()
+	onLost   func(kernel string)
 	max      int // MaxKernels
 	// startTimeout bounds a start: StartTimeout or DefaultStartTimeout.
 	startTimeout time.Duration
 	// newConnInfo picks a kernel's ports and key; tests make it hand out
 	// a port that is taken.
 	newConnInfo func(kernelName string) (connInfo, error)
+	// slowBound is slowBound (check.go); tests shorten it.
+	slowBound time.Duration
 	// politeStop is how long a stopping kernel has to exit on its
 	// shutdown_request; tests on a loaded machine give it longer.
 	politeStop time.Duration
@@ -92,8 +99,8 @@ type Manager struct {
 
 // NewManager returns a Manager with no kernels.
 func NewManager(o Options) *Manager {
-	m := &Manager{reg: o.Registry, reaper: o.Reaper, defaults: o.Defaults, log: o.Logger, dirs: o.DataDirs, onChange: o.OnChange, kernels: map[string]*Kernel{}, reseedOn: o.Reseed,
-		max: o.MaxKernels, newConnInfo: newConnInfo, politeStop: stopPolite}
+	m := &Manager{reg: o.Registry, reaper: o.Reaper, defaults: o.Defaults, log: o.Logger, dirs: o.DataDirs, onChange: o.OnChange, onLost: o.OnLost, kernels: map[string]*Kernel{}, reseedOn: o.Reseed,
+		max: o.MaxKernels, newConnInfo: newConnInfo, politeStop: stopPolite, slowBound: slowBound}
 	if m.defaults == nil {
 		m.defaults = &proc.Defaults{}
 	}

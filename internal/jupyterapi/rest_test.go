@@ -335,7 +335,7 @@ func TestExecutionState(t *testing.T) {
 	w.until(isReply(id, "execute_reply"))
 	eventually(t, "the model is idle after the cell", func() bool { return state() == "idle" })
 
-	// A kernel that does not answer the check is lost: unknown.
+	// A kernel alive that does not answer the check is slow: unknown.
 	pid := k.Info().Pid
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -345,11 +345,11 @@ func TestExecutionState(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	res := a.kernels.Check(ctx)
 	cancel()
-	if !slices.Contains(res.Lost, k.ID()) {
-		t.Fatalf("check: %+v, want %s lost", res, k.ID())
+	if !slices.Contains(res.Slow, k.ID()) {
+		t.Fatalf("check: %+v, want %s slow", res, k.ID())
 	}
 	if st, lst := state(), listed(); st != "unknown" || lst != "unknown" {
-		t.Fatalf("a lost kernel's model is %s, listed as %s; want unknown", st, lst)
+		t.Fatalf("a slow kernel's model is %s, listed as %s; want unknown", st, lst)
 	}
 	// Continued, it passes the next check and is idle again.
 	syscall.Kill(pid, syscall.SIGCONT)

@@ -248,20 +248,27 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	m.rekey(r.Entropy, last)
 	// A kernel counts as lost if it stopped answering or died since the
 	// last resume: either way its variables are gone. One already reported
-	// lost or dead then is not reported again.
+	// lost or dead then is not reported again. A slow one (alive, no
+	// answer yet) is not lost: the check follows it, and KernelLost says
+	// if it never answers.
 	lost := false
 	gone := map[string]bool{}
 	if m.o.Kernels != nil {
 		cctx, cancel := context.WithTimeout(ctx, m.o.KernelCheck)
-		for _, k := range m.o.Kernels.Check(cctx) {
+		checked := m.o.Kernels.Check(cctx)
+		cancel()
+		m.mu.Lock()
+		for _, k := range checked {
 			if k.State == "lost" || k.State == "dead" {
 				gone[k.Kernel] = true
 				lost = lost || !m.goneBefore[k.Kernel]
 			}
 		}
-		cancel()
+		m.mu.Unlock()
 	}
+	m.mu.Lock()
 	m.goneBefore = gone
+	m.mu.Unlock()
 	m.reseedKernels(ctx, last)
 	last.NewSandbox = m.adopt(r.SandboxID)
 	// On disk before anyone sees it: a crash right after a client read
@@ -301,6 +308,24 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 		zap.Int("kernels_reseeded", len(last.KernelsReseeded)), zap.Int("kernels_not_reseeded", len(last.KernelsNotReseeded)),
 		zap.Duration("took", time.Since(start)))
 	return m.remember(r.ResumeID, m.State())
+}
+
+// KernelLost records that a kernel the last resume's check found slow (a
+// live process that had not answered yet) never answered after all: the
+// resume lost it, so kernel_state_lost becomes true, unless it was gone
+// already at the resume before.
+func (m *Manager) KernelLost(kernel string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.goneBefore[kernel] {
+		return
+	}
+	if m.goneBefore == nil {
+		m.goneBefore = map[string]bool{}
+	}
+	m.goneBefore[kernel] = true
+	m.lost = true
+	m.log.Warn("a kernel slow after the resume never answered: kernel state lost", zap.String("kernel", kernel))
 }
 
 // duplicate decides whether a report belongs to the current resume, and

@@ -330,6 +330,36 @@ func TestKernelLostThenDeadIsReportedOnce(t *testing.T) {
 	}
 }
 
+// A kernel alive but slow to answer the check is not lost: health says
+// slow, kernel_state_lost stays false, unless it never answers (the
+// jupyter manager then reports it through KernelLost).
+func TestSlowKernelIsNotLost(t *testing.T) {
+	k := &kernelTable{states: map[string]string{"k1": "slow", "k2": "alive"}}
+	m, _ := New(Options{Kernels: k})
+	s := m.Resume(context.Background(), Report{Source: SourceHost})
+	if s.KernelStateLost {
+		t.Fatalf("a slow kernel made the resume lose kernel state: %+v", s)
+	}
+	found := false
+	for _, kh := range s.Kernels {
+		found = found || kh.Kernel == "k1" && kh.State == "slow"
+	}
+	if !found {
+		t.Fatalf("health does not say k1 is slow: %+v", s.Kernels)
+	}
+	m.KernelLost("k1")
+	if s := m.State(); !s.KernelStateLost {
+		t.Fatalf("a slow kernel that never answered is not reported lost: %+v", s)
+	}
+	m.KernelLost("k1") // once
+	k.mu.Lock()
+	k.states["k1"] = "lost"
+	k.mu.Unlock()
+	if s := m.Resume(context.Background(), Report{Source: SourceHost}); s.KernelStateLost {
+		t.Fatalf("a kernel lost at the previous resume is reported again: %+v", s)
+	}
+}
+
 // A thread descheduled between the two reads of an offset, as on a loaded
 // machine, must not look like a restore: the detector keeps quiet.
 func TestLoadedMachineIsNotAClockJump(t *testing.T) {
