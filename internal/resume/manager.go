@@ -24,9 +24,9 @@ const (
 
 // Tuning of the resume sequence.
 const (
-	// DedupWindow is how long after a resume a report from another source
-	// still belongs to it. A host's POST can come seconds after the guest
-	// noticed the restore itself under software emulation.
+	// DedupWindow is how long after a resume a report from another of the
+	// guest's detectors still belongs to it (the host's report is tied to
+	// the resume it reports instead: duplicate).
 	DedupWindow = 5 * time.Second
 	// DefaultKernelCheck bounds the kernel check: a live kernel answers
 	// in milliseconds, so only a hung one costs the bound. Under software
@@ -330,11 +330,24 @@ func (m *Manager) KernelLost(kernel string) {
 
 // duplicate decides whether a report belongs to the current resume, and
 // records the source's report either way.
+//
+// The host's report is tied to the resume it reports, not to a time: it
+// belongs to the latest resume if the guest noticed that one by itself
+// and the host has not reported it yet, however long after (under
+// software emulation the host's call came 16 s after the guest's
+// detection); otherwise it is a new resume. The guest's detectors, which
+// fire within a second of a restore, keep the DedupWindow.
 func (m *Manager) duplicate(src Source) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
-	if !m.lastAt.IsZero() && now.Sub(m.lastAt) < DedupWindow && !m.reported[src] {
+	var same bool
+	if src == SourceHost {
+		same = m.last != nil && m.last.Source != SourceHost && !m.reported[SourceHost]
+	} else {
+		same = !m.lastAt.IsZero() && now.Sub(m.lastAt) < DedupWindow && !m.reported[src]
+	}
+	if same {
 		m.reported[src] = true
 		return true
 	}

@@ -330,6 +330,32 @@ func TestKernelLostThenDeadIsReportedOnce(t *testing.T) {
 	}
 }
 
+// The host's report of a restore the guest noticed by itself belongs to
+// that restore however late it comes (16 s after, under software
+// emulation); the host's next report is a new resume.
+func TestLateHostReportIsTheSameResume(t *testing.T) {
+	m, _ := New(Options{SetClock: func(time.Time) error { return nil }})
+	if s := m.Resume(context.Background(), Report{Source: SourceClock}); s.Generation != 1 {
+		t.Fatalf("detected: %+v", s)
+	}
+	m.mu.Lock()
+	m.lastAt = m.lastAt.Add(-16 * time.Second)
+	m.mu.Unlock()
+	if s := m.Resume(context.Background(), Report{Source: SourceHost, ResumeID: "r1"}); s.Generation != 1 {
+		t.Fatalf("the host's report 16 s after the guest noticed the restore: generation %d, want 1", s.Generation)
+	}
+	if s := m.Resume(context.Background(), Report{Source: SourceHost, ResumeID: "r2"}); s.Generation != 2 {
+		t.Fatalf("the host's next report: generation %d, want 2", s.Generation)
+	}
+	// A guest detector's late report is a new resume, as before.
+	m.mu.Lock()
+	m.lastAt = m.lastAt.Add(-16 * time.Second)
+	m.mu.Unlock()
+	if s := m.Resume(context.Background(), Report{Source: SourceVMGenID}); s.Generation != 3 {
+		t.Fatalf("a VMGenID report 16 s after the host's: generation %d, want 3", s.Generation)
+	}
+}
+
 // A kernel alive but slow to answer the check is not lost: health says
 // slow, kernel_state_lost stays false, unless it never answers (the
 // jupyter manager then reports it through KernelLost).
