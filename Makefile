@@ -20,7 +20,8 @@ DEV_TOKEN_FILE := $(STATE_DIR)/dev-token
 # come from rootfs/deps.sh.
 # chromium and jupyter-notebook: pages in a real browser, and Notebook in
 # gateway mode, call the agent (cmd/rayito-agent/browser_test.go).
-TEST_PACKAGES := python3-ipykernel python3-numpy procps e2fsprogs chromium jupyter-notebook
+# matplotlib: an E2B user's first chart (codeinterp's TestFirstChart).
+TEST_PACKAGES := python3-ipykernel python3-numpy python3-matplotlib procps e2fsprogs chromium jupyter-notebook
 
 .PHONY: all build run test unit deps node-deps bench bench-agent fuzz lint clean proto
 
@@ -73,8 +74,9 @@ fi
 endef
 
 # run-code needs a kernel: make run installs python3-ipykernel when
-# missing, so the README's run-code works on the first try.
-RUN_PACKAGES := python3-ipykernel
+# missing, so the README's run-code works on the first try, and
+# matplotlib, so an E2B user's first chart does too.
+RUN_PACKAGES := python3-ipykernel python3-matplotlib
 
 # Node tests drive the agent with the real npm client packages. Each folder
 # internal/*/nodetest and cmd/*/nodetest holds a package.json and its package-lock.json;
@@ -90,12 +92,15 @@ node-deps:
 	done
 
 # unit runs the Go tests with the race detector; -short leaves the VM
-# tests to e2e, so they do not compete for the two cores.
+# tests to e2e, so they do not compete for the two cores. One go test per
+# package, as many at once as there are CPUs: each package's result is
+# printed as it finishes (one go test ./... prints them in order, so a
+# slow first package kept it silent for minutes).
 unit: deps node-deps
 	@echo "==> go vet"
 	$(GO) vet ./...
-	@echo "==> unit tests with the race detector (5 to 10 minutes on 2 cores)"
-	RAYITO_NODE_TESTS=1 CGO_ENABLED=1 $(GO) test -race -short -count=1 -timeout 30m ./...
+	@echo "==> unit tests with the race detector (5 to 10 minutes on 2 cores; each package's result as it finishes)"
+	@$(GO) list ./... | RAYITO_NODE_TESTS=1 CGO_ENABLED=1 xargs -P $$(nproc) -n 1 $(GO) test -race -short -count=1 -timeout 30m
 
 # test is everything: unit tests, then the image and the VM tests.
 test: unit e2e

@@ -313,6 +313,12 @@ func run(cfg config, log *zap.Logger) error {
 	srv := buildSurfaces(cfg, log, m)
 	defer startDetectors(cfg, log, m)()
 
+	if open := exposed(ls); cfg.token == "" && len(open) > 0 {
+		// A sandbox's host sets the token with its first /v1/init; until
+		// then whoever reaches the port first may, and take the agent.
+		log.Warn("NO ACCESS TOKEN on an address other machines can reach: the first POST /v1/init from anyone sets it and takes this agent. "+
+			"Give one (RAYITO_ACCESS_TOKEN or --token-file), or listen on 127.0.0.1 (--listen 127.0.0.1:49983)", zap.Strings("listen", open))
+	}
 	log.Info("serving", zap.String("listen", listenAddr(ls[0])), zap.String("version", version),
 		zap.Uint64("fd_limit", nofile), zap.Int("max_connections", srv.MaxConns()),
 		zap.Bool("token_set", cfg.token != ""), zap.String("state_dir", cfg.stateDir),

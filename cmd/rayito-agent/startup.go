@@ -102,6 +102,18 @@ func listenAddr(l net.Listener) string {
 	return l.Addr().String()
 }
 
+// exposed lists the listeners a remote machine can reach: TCP ones on an
+// address that is not loopback (vsock reaches the host alone).
+func exposed(ls []net.Listener) []string {
+	var out []string
+	for _, l := range ls {
+		if a, ok := l.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
+			out = append(out, listenAddr(l))
+		}
+	}
+	return out
+}
+
 // catchSignals starts handling the signals the agent stops on, and a
 // hangup if it was started with hangups ignored. It runs before anything
 // starts programs: a signal ignored by the agent stays ignored in every

@@ -127,6 +127,32 @@ func TestExecuteLines(t *testing.T) {
 	}
 }
 
+// An E2B user's first chart: matplotlib is there (make test and make
+// run install it, the image has it) and a plot comes back as a PNG.
+func TestFirstChart(t *testing.T) {
+	t.Parallel()
+	a := newAgent(t)
+	res, body := a.do(t, "POST", "/execute", `{"code":"import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"}`)
+	if res.StatusCode != 200 {
+		t.Fatalf("execute: %d %s", res.StatusCode, body)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(body), "\n") {
+		var r struct {
+			Type string `json:"type"`
+			PNG  string `json:"png"`
+			Name string `json:"name"`
+		}
+		json.Unmarshal([]byte(l), &r)
+		if r.Type == "error" {
+			t.Fatalf("the chart failed: %s", l)
+		}
+		if r.Type == "result" && strings.HasPrefix(r.PNG, "iVBOR") {
+			return
+		}
+	}
+	t.Fatalf("no PNG in %.500s", body)
+}
+
 // TestKeepalive is not parallel: it changes the package's interval.
 func TestKeepalive(t *testing.T) {
 	defer codeinterp.SetKeepalive(20 * time.Millisecond)()

@@ -23,7 +23,7 @@ func TestVMRunnerStopsQEMU(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", runner, "../vm/cmd/vmrun").CombinedOutput(); err != nil {
 		t.Fatalf("build the runner: %v\n%s", err, out)
 	}
-	args := []string{"-build", buildDir(t), "-image", tv.cfg.Image}
+	var args []string
 	for _, c := range []struct {
 		name string
 		// start returns the process to kill and the runner's pid.
@@ -39,6 +39,9 @@ func TestVMRunnerStopsQEMU(t *testing.T) {
 			return cmd, func() int { return cmd.Process.Pid }
 		}},
 	} {
+		// Each runner's VM in a directory the test removes: a runner
+		// killed with SIGKILL cannot remove its own.
+		args = []string{"-build", buildDir(t), "-image", tv.cfg.Image, "-dir", t.TempDir(), "-accel", runnerAccel()}
 		t.Run(c.name, func(t *testing.T) {
 			victim, runnerPid := c.start()
 			victim.Env = append(os.Environ(), "RAYITO_ACCESS_TOKEN="+tv.token)

@@ -71,4 +71,8 @@ func TestCallThatWakesTheSandbox(t *testing.T) {
 	if gen := c.Generation(); gen != 1 {
 		t.Errorf("the client is at generation %d, want 1", gen)
 	}
+	// The image has what an E2B user's first chart needs.
+	if ex, err := k.Execute(ctx, "import matplotlib.pyplot", client.ExecuteOptions{}); err != nil || ex.Status != cellOK {
+		t.Errorf("import matplotlib.pyplot in the image: %+v, %v", ex, err)
+	}
 }

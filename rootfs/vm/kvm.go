@@ -48,3 +48,15 @@ func firstLine(err error) string {
 	s, _, _ := strings.Cut(err.Error(), "\n")
 	return s
 }
+
+// KnownAccel is the accelerator Boot would pick now without probing:
+// AccelTCG where KVM is unusable or did not boot a VM earlier in this
+// process, else AccelAuto (a probe would decide). A test that starts
+// another process booting VMs passes it on, so that process does not
+// probe KVM again.
+func KnownAccel() Accel {
+	if ok, _ := kvmUsable(); !ok || kvmHung.Load() {
+		return AccelTCG
+	}
+	return AccelAuto
+}

@@ -186,6 +186,9 @@ func start(ctx context.Context, cfg Config, m machine, in instance, ownDir bool)
 // AgentURL is the agent's base URL on the host, e.g. http://127.0.0.1:40123.
 func (v *VM) AgentURL() string { return "http://127.0.0.1:" + strconv.Itoa(v.in.HostPort) }
 
+// HostPort is the host port forwarded to the agent.
+func (v *VM) HostPort() int { return v.in.HostPort }
+
 // Accel is the accelerator the VM runs on.
 func (v *VM) Accel() Accel { return v.m.Accel }
 

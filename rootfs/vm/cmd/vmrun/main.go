@@ -1,7 +1,10 @@
 // Command vmrun boots the rayito image under QEMU, waits for the agent,
 // gives it an access token (RAYITO_ACCESS_TOKEN, or a new one) as a host
 // does with /v1/init, and prints its URL and the token; ctrl-C stops the
-// VM.
+// VM. While it runs, `vmrun pause|resume|snapshot|restore|status` (make
+// vm-pause, ...) do to it what a host does to a sandbox (control.go), and
+// `vmrun demo` (make demo) runs the product's example end to end in a VM
+// of its own (demo.go).
 //
 //	make vm, or: go build -o build/vmrun ./rootfs/vm/cmd/vmrun && build/vmrun [-build build] [-init systemd] [-port 49983]
 package main
@@ -14,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -34,7 +38,21 @@ func main() {
 	init := flag.String("init", "", `guest init: "" (rayito-init), "systemd", or a path`)
 	port := flag.Int("port", 0, "host port on 127.0.0.1 for the agent (0: any free port)")
 	wait := flag.Duration("timeout", 3*time.Minute, "how long to wait for the agent")
+	dir := flag.String("dir", "", "work directory of the VM (disk layer, QMP socket, console log); default a new temporary one, removed at the end")
+	ctl := flag.String("ctl", "", "the running runner's control socket (default: BUILD/vmrun.sock)")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: vmrun [flags]             boot the image and keep it running\n"+
+			"       vmrun [flags] COMMAND     pause, resume, snapshot [DIR], restore [DIR] or status, to the running one\n"+
+			"       vmrun [flags] demo        x = 42, a counter, snapshot, restore: the product's example in a VM of its own\n")
+		flag.PrintDefaults()
+	}
 	flag.Parse()
+	if *ctl == "" {
+		*ctl = filepath.Join(*build, "vmrun.sock")
+	}
+	if flag.NArg() > 0 && commands[flag.Arg(0)] {
+		os.Exit(control(*ctl, flag.Args()))
+	}
 
 	// Stack traces only for bugs: what goes wrong booting a VM is said
 	// in the message.
@@ -44,7 +62,7 @@ func main() {
 	if *image != "" {
 		cfg.Image = *image
 	}
-	cfg.MemoryMiB, cfg.CPUs, cfg.HostPort, cfg.Log = *mem, *cpus, *port, log
+	cfg.MemoryMiB, cfg.CPUs, cfg.HostPort, cfg.Log, cfg.WorkDir = *mem, *cpus, *port, log, *dir
 	switch *accel {
 	case "auto":
 	case "kvm", "tcg":
@@ -57,13 +75,23 @@ func main() {
 	if *init == "systemd" {
 		cfg.Init = vm.InitSystemd
 	}
-	if err := run(cfg, *wait); err != nil {
+	var err error
+	switch {
+	case flag.NArg() == 0:
+		err = run(cfg, *wait, *ctl, filepath.Join(*build, "snapshot"))
+	case flag.Arg(0) == "demo" && flag.NArg() == 1:
+		err = demo(cfg, *wait)
+	default:
+		flag.Usage()
+		os.Exit(2)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "vmrun:", err)
 		os.Exit(1)
 	}
 }
 
-func run(cfg vm.Config, wait time.Duration) error {
+func run(cfg vm.Config, wait time.Duration, ctl, snapshot string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := stopWithParent(); err != nil {
@@ -76,26 +104,36 @@ func run(cfg vm.Config, wait time.Duration) error {
 	if err != nil {
 		return err
 	}
-	defer v.Close()
+	c := &controller{cfg: cfg, v: v, snapshot: snapshot}
+	defer func() { c.current().Close() }()
 	if err := v.WaitHealthy(bctx); err != nil {
 		return err
 	}
-	token, err := giveToken(bctx, v.AgentURL())
-	if err != nil {
+	if c.token, err = giveToken(bctx, v.AgentURL()); err != nil {
+		return err
+	}
+	if err := c.serve(ctx, ctl); err != nil {
 		return err
 	}
 	url := strings.Replace(v.AgentURL(), "http://", "ws://", 1)
 	fmt.Printf("agent: %s (healthy after %s, %s, console log %s)\n",
 		url, time.Since(started).Round(time.Millisecond), v.Accel(), v.SerialLog())
-	fmt.Printf("token: %s\n", token)
-	fmt.Printf("try:   export RAYITO_ACCESS_TOKEN=%s\n", token)
-	fmt.Printf("       bin/rayito-agent exec --url %s -- uname -a\n", url)
+	fmt.Printf("token: %s\n", c.token)
+	fmt.Printf("try:   export RAYITO_ACCESS_TOKEN=%s RAYITO_URL=%s\n", c.token, url)
+	fmt.Printf("       bin/rayito-agent exec -- uname -a\n")
+	fmt.Printf("       make vm-snapshot; make vm-restore   (also vm-pause, vm-resume, vm-status: %s)\n", ctl)
 	fmt.Println("ctrl-C stops the VM")
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-v.Exited():
-		return fmt.Errorf("qemu exited; console:\n%s", v.SerialTail())
+	for {
+		v := c.current()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-v.Exited():
+			if c.current() != v {
+				continue // replaced by a restore
+			}
+			return fmt.Errorf("qemu exited; console:\n%s", v.SerialTail())
+		}
 	}
 }
 
