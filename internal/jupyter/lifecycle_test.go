@@ -400,3 +400,42 @@ func TestBusyKernelStopsPolitely(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadKernelsTakeNoRoom: kernels whose process died do not count
+// toward MaxKernels: with a bound of 2, two cells that end their kernel
+// with os._exit leave room for the next cell's kernel. Restarting a dead
+// kernel needs room like a start.
+func TestDeadKernelsTakeNoRoom(t *testing.T) {
+	t.Parallel()
+	m := NewManager(Options{Registry: env.reg, Reaper: env.mgr.reaper, MaxKernels: 2})
+	defer m.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*waitFor)
+	defer cancel()
+	var dead []string
+	for range 2 {
+		s, id, err := m.Execute(ctx, "", "import os; os._exit(1)", 0, false)
+		if err != nil {
+			t.Fatalf("a cell on a new default kernel with %v dead: %v", dead, err)
+		}
+		attach(t, s, 0).all()
+		waitStateOn(t, m, id, StateDead)
+		dead = append(dead, id)
+	}
+	s, id, err := m.Execute(ctx, "", "1 + 1", 0, false)
+	if err != nil {
+		t.Fatalf("a cell with two dead kernels and a bound of 2: %v", err)
+	}
+	_, end := attach(t, s, 0).all()
+	wantStatus(t, end, StatusOK)
+	if _, err := m.Start(ctx, StartOptions{Name: DefaultKernel}); err != nil {
+		t.Fatalf("a second live kernel: %v", err)
+	}
+	// Two live now: running a dead one again would make three.
+	wantCode(t, m.Restart(ctx, dead[0]), "limit")
+	if err := m.Shutdown(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Restart(ctx, dead[0]); err != nil {
+		t.Fatalf("restart of a dead kernel with room: %v", err)
+	}
+}

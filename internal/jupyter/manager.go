@@ -138,10 +138,9 @@ func (m *Manager) Start(ctx context.Context, o StartOptions) (*Kernel, error) {
 		m.mu.Unlock()
 		return nil, errClosing()
 	}
-	if m.max > 0 && len(m.kernels) >= m.max {
-		n := len(m.kernels)
+	if err := m.roomLocked(); err != nil {
 		m.mu.Unlock()
-		return nil, wire.Errorf(wire.CodeLimit, "kernel limit reached: %d running, the most this agent allows (--max-kernels %d); shut one down to start another (kernel_shutdown, DELETE /api/kernels/ID, DELETE /contexts/ID)", n, m.max)
+		return nil, err
 	}
 	m.nextID++
 	k := newKernel(m, "k"+strconv.Itoa(m.nextID), spec, o)
@@ -374,6 +373,15 @@ func (m *Manager) Restart(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	if k.Info().State == StateDead {
+		// A dead kernel takes no room (roomLocked): running it again needs some.
+		m.mu.Lock()
+		err := m.roomLocked()
+		m.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
 	return runToEnd(ctx, m.restartBound(), func(ctx context.Context) error { return k.restart(ctx) },
 		"kernel %s is still restarting", id)
 }
@@ -413,6 +421,28 @@ func runToEnd(ctx context.Context, bound time.Duration, op func(context.Context)
 	case <-ctx.Done():
 		return wire.Errorf(wire.CodeUnavailable, format+" (it goes on)", id)
 	}
+}
+
+// roomLocked says whether another kernel may run: MaxKernels bounds the
+// kernels running or starting, not the dead ones, which hold no process
+// and stay only to be restarted or shut down (two cells that ran
+// os._exit must not refuse every later start).
+func (m *Manager) roomLocked() error {
+	if m.max <= 0 {
+		return nil
+	}
+	live := 0
+	for _, k := range m.kernels {
+		k.mu.Lock()
+		if k.died == "" && !k.shut {
+			live++
+		}
+		k.mu.Unlock()
+	}
+	if live < m.max {
+		return nil
+	}
+	return wire.Errorf(wire.CodeLimit, "kernel limit reached: %d running, the most this agent allows (--max-kernels %d); shut one down to start another (kernel_shutdown, DELETE /api/kernels/ID, DELETE /contexts/ID)", live, m.max)
 }
 
 func (m *Manager) forget(k *Kernel) {
