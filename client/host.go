@@ -88,20 +88,31 @@ func (h Host) Init(ctx context.Context, o InitOptions) (Health, error) {
 	return out, h.post(ctx, "/v1/init", body, &out)
 }
 
-// Health reads the agent's /health.
+// Health reads the agent's /health, all of it with the token.
 func (h Host) Health(ctx context.Context) (Health, error) {
-	return GetHealth(ctx, h.URL, h.HTTPClient)
+	var out Health
+	return out, h.get(ctx, "/health", &out)
+}
+
+// HealthJSON is Health as the agent wrote it.
+func (h Host) HealthJSON(ctx context.Context) (json.RawMessage, error) {
+	var out json.RawMessage
+	return out, h.get(ctx, "/health", &out)
+}
+
+func (h Host) get(ctx context.Context, path string, out any) error {
+	base, _, dial, err := endpointURLs(h.URL)
+	if err != nil {
+		return err
+	}
+	return getJSON(ctx, withDialer(h.HTTPClient, dial), base+path, h.Token, out)
 }
 
 // Traffic reads the agent's /v1/traffic: byte counters, idleness and
 // the holds that keep the sandbox awake. Reading it is not traffic.
 func (h Host) Traffic(ctx context.Context) (Traffic, error) {
-	base, _, dial, err := endpointURLs(h.URL)
-	if err != nil {
-		return Traffic{}, err
-	}
 	var t Traffic
-	return t, getJSON(ctx, withDialer(h.HTTPClient, dial), base+"/v1/traffic", h.Token, &t)
+	return t, h.get(ctx, "/v1/traffic", &t)
 }
 
 func (h Host) post(ctx context.Context, path string, body, out any) error {

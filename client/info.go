@@ -103,8 +103,10 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 // Traffic reads the agent's /v1/traffic (not counted as traffic itself).
 func (c *Client) Traffic(ctx context.Context) (Traffic, error) { return c.host().Traffic(ctx) }
 
-// GetHealth reads /health from the agent at url without a websocket: what
-// a host or a probe wants.
+// GetHealth reads /health from the agent at url without a websocket and
+// without the token: what a host's probe needs (status, version,
+// instance, resume_generation, kernel_state_lost); the rest needs the
+// token (Client.Health, Host.Health).
 func GetHealth(ctx context.Context, url string, httpClient *http.Client) (Health, error) {
 	base, _, dial, err := endpointURLs(url)
 	if err != nil {

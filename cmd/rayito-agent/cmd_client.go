@@ -1,10 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -148,7 +148,9 @@ func forwardedSignal(s os.Signal) client.Signal {
 	return client.SIGTERM
 }
 
-// runHealth is `rayito-agent health`: print the agent's /health as is.
+// runHealth is `rayito-agent health`: print the agent's /health as is
+// (all of it with RAYITO_ACCESS_TOKEN, the public part without), over TCP
+// or vsock as --url says.
 func runHealth(args []string, stdout, stderr io.Writer) int {
 	fs := commandFlags("health", stderr)
 	url := fs.String("url", defaultURL, "the agent's address")
@@ -163,23 +165,15 @@ func runHealth(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rayito-agent health:", err)
 		return 1
 	}
-	base := strings.NewReplacer("ws://", "http://", "wss://", "https://").Replace(strings.TrimSuffix(*url, "/"))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health", nil)
+	// With RAYITO_ACCESS_TOKEN set, all of it; without, what anyone sees.
+	raw, err := host(*url).HealthJSON(ctx)
 	if err != nil {
-		return fail(err)
+		return fail(explainToken(err))
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	if _, err := fmt.Fprintf(stdout, "%s\n", bytes.TrimSpace(raw)); err != nil {
 		return fail(err)
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(stdout, resp.Body); err != nil {
-		return fail(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fail(fmt.Errorf("HTTP %d", resp.StatusCode))
 	}
 	return 0
 }

@@ -43,8 +43,26 @@ func (s *API) instance() string {
 	return s.cfg.Streams.Instance()
 }
 
+// PublicHealth is /health without the token: what a host's probe needs
+// and nothing more. Any page can read it (CORS: any origin by default),
+// so the sandbox's id, its kernels and what its last resume did are for
+// token holders only.
+type PublicHealth struct {
+	Status           string `json:"status"`
+	Version          string `json:"version"`
+	Instance         string `json:"instance"`
+	ResumeGeneration uint64 `json:"resume_generation"`
+	KernelStateLost  bool   `json:"kernel_state_lost"`
+}
+
 func (s *API) handleHealth(w http.ResponseWriter, r *http.Request) {
-	surface.WriteJSON(w, http.StatusOK, s.health())
+	h := s.health()
+	if s.cfg.Auth.Check(r, surface.AgentTokens) == nil {
+		surface.WriteJSON(w, http.StatusOK, h)
+		return
+	}
+	surface.WriteJSON(w, http.StatusOK, PublicHealth{Status: h.Status, Version: h.Version, Instance: h.Instance,
+		ResumeGeneration: h.Generation, KernelStateLost: h.KernelStateLost})
 }
 
 func (s *API) handleTraffic(w http.ResponseWriter, r *http.Request) {

@@ -220,7 +220,7 @@ func restoreClone(t *testing.T, tv testVM, snap string, host bool, i int, cellSt
 			t.Fatalf("clone %d: resume: %v", i, err)
 		}
 	} else {
-		h = waitGeneration(t, ctx, v.AgentURL(), nil, 1)
+		h = waitGeneration(t, ctx, v.AgentURL(), tv.token, nil, 1)
 	}
 	c := dial(t, ctx, v.AgentURL(), tv.token, client.Options{})
 	t.Cleanup(func() { c.Close() })

@@ -246,7 +246,7 @@ func (r *rig) resumeCycle(t, owner *testing.T) cycleResult {
 	// then, so the client reconnects once, after the resume was
 	// published). Then the host's call for the same restore, and a retry
 	// of it, are folded into it.
-	h, err := awaitGeneration(ctx, next.AgentURL(), nil, gen)
+	h, err := awaitGeneration(ctx, next.AgentURL(), r.tv.token, nil, gen)
 	if err != nil {
 		t.Fatal(err)
 	}

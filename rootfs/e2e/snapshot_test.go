@@ -73,7 +73,7 @@ func TestSnapshotRestore(t *testing.T) {
 	for i := 1; i <= 2; i++ {
 		v, _ := restoreHealthy(t, t, tv.cfg, snap)
 		rctx := opContext(t)
-		h := waitGeneration(t, rctx, v.AgentURL(), nil, 1)
+		h := waitGeneration(t, rctx, v.AgentURL(), tv.token, nil, 1)
 		rc := dial(t, rctx, v.AgentURL(), tv.token, client.Options{})
 		rg := guest{rc}
 		if h.UptimeMs < before.UptimeMs {
@@ -144,9 +144,9 @@ func restoreHealthy(t, owner *testing.T, cfg vm.Config, snap string) (*vm.VM, ti
 // generation gen (it detects a restore by itself, without a host call)
 // and returns it. Websocket connections opened from then on are not cut
 // by that resume: the agent cuts those opened before it published gen.
-func waitGeneration(t *testing.T, ctx context.Context, url string, hc *http.Client, gen uint64) client.Health {
+func waitGeneration(t *testing.T, ctx context.Context, url, token string, hc *http.Client, gen uint64) client.Health {
 	t.Helper()
-	h, err := awaitGeneration(ctx, url, hc, gen)
+	h, err := awaitGeneration(ctx, url, token, hc, gen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,13 +156,13 @@ func waitGeneration(t *testing.T, ctx context.Context, url string, hc *http.Clie
 	return h
 }
 
-// awaitGeneration returns the health once the agent reports generation
-// gen or later.
-func awaitGeneration(ctx context.Context, url string, hc *http.Client, gen uint64) (client.Health, error) {
+// awaitGeneration returns the health (all of it: with the token) once
+// the agent reports generation gen or later.
+func awaitGeneration(ctx context.Context, url, token string, hc *http.Client, gen uint64) (client.Health, error) {
 	var h client.Health
 	var err error
 	for {
-		h, err = client.GetHealth(ctx, url, hc)
+		h, err = client.Host{URL: url, Token: token, HTTPClient: hc}.Health(ctx)
 		if err == nil && h.ResumeGeneration >= gen {
 			return h, nil
 		}

@@ -77,7 +77,7 @@ func waitRestarted(t *testing.T, url, token string, oldPid int, killed time.Time
 	ctx := opContext(t)
 	var last error
 	for {
-		h, err := client.GetHealth(ctx, url, nil)
+		h, err := client.Host{URL: url, Token: token}.Health(ctx)
 		if err == nil && h.UptimeMs < time.Since(killed).Milliseconds() {
 			break
 		}

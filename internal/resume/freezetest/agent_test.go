@@ -228,10 +228,10 @@ func (a *agent) dial(t testing.TB, opts client.Options) *client.Client {
 	return c
 }
 
-// health reads /health.
+// health reads /health, all of it: with the test token.
 func (a *agent) health(t testing.TB) client.Health {
 	t.Helper()
-	h, err := client.GetHealth(ctxLong(t), a.url, nil)
+	h, err := client.Host{URL: a.url, Token: testToken}.Health(ctxLong(t))
 	if err != nil {
 		t.Fatalf("health: %v", err)
 	}
