@@ -171,6 +171,7 @@ var (
 	errSpecialFile  = errors.New("devices, FIFOs and sockets cannot be copied across filesystems")
 	errVirtual      = errors.New("a virtual filesystem (such as /proc or /sys): its files cannot be replaced; write to them with a command")
 	errWriterClosed = errors.New("the write was already committed or aborted")
+	errReplaced     = errors.New("replaced while it was being read by something that is not a regular file (a FIFO, a device, a socket)")
 	errTwice        = errors.New("two files of the upload go to this path")
 	errBatch        = fmt.Errorf("more than %d files in one upload", MaxBatch)
 	errReadRange    = errors.New("offset and length must not be negative; buffer at most 256 MiB")

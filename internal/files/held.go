@@ -58,10 +58,22 @@ func (m *Manager) openHeld(u User, path string) (*os.File, error) {
 	}
 	var f *os.File
 	err := m.as(u, func() error {
-		fd, err := m.openFor(u, "read", path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY)
+		// Never blocks on a FIFO swapped in for the file: opened without
+		// waiting, and refused unless it is a regular file.
+		fd, err := m.openFor(u, "read", path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK)
 		if err != nil {
 			return asFileError("read", path, err)
 		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return newErr("read", path, nil, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			unix.Close(fd)
+			return newErr("read", path, ErrNotRegular, errReplaced)
+		}
+		unix.SetNonblock(fd, false)
 		f = os.NewFile(uintptr(fd), path)
 		return nil
 	})

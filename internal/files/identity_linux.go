@@ -51,6 +51,12 @@ const (
 // disk that hangs is reported, not queued behind (a variable for tests).
 var identityWait = 10 * time.Second
 
+// identityBound is how long an operation's caller waits for it: file
+// system calls take milliseconds, and nothing that waits on another
+// party (a FIFO's writer, a client) ever runs as a user, so only a hung
+// file system reaches it (a variable for tests).
+var identityBound = time.Minute
+
 // as runs fn with u's identity, or directly when u is the
 // agent's own user. fn runs on a goroutine of its own locked to its
 // thread, which switches to u and back; the package comment says why.
@@ -73,11 +79,13 @@ func (m *Manager) as(u User, fn func() error) error {
 			return newErr("act as", u.Name, ErrBusy, fmt.Errorf("%d operations as other users have been running for %v", identityThreads, identityWait))
 		}
 	}
-	defer func() { <-m.identities }()
 	id := identity{uid: u.UID, gid: u.GID, groups: u.Groups}
 	groups := !sameGroups(u, m.self.groups)
 	done := make(chan taskResult, 1)
 	go func() {
+		// The slot is the thread's, held for as long as fn runs, even
+		// past the caller's wait.
+		defer func() { <-m.identities }()
 		runtime.LockOSThread()
 		var r taskResult
 		defer func() {
@@ -93,7 +101,16 @@ func (m *Manager) as(u User, fn func() error) error {
 		defer func() { r.panicked = recover() }()
 		r.err = fn()
 	}()
-	r := <-done
+	wait := time.NewTimer(identityBound)
+	defer wait.Stop()
+	var r taskResult
+	select {
+	case r = <-done:
+	case <-wait.C:
+		// A file system that does not answer (a hung mount): the caller
+		// is told; the thread keeps its slot until the call returns.
+		return newErr("act as", u.Name, ErrBusy, fmt.Errorf("the file system has not answered for %v", identityBound))
+	}
 	if r.panicked != nil {
 		panic(r.panicked)
 	}

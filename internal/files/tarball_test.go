@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestWriteTar(t *testing.T) {
@@ -77,5 +78,43 @@ func TestWriteTarUnreadable(t *testing.T) {
 	// complete; the missing end marker (two zero blocks) is what tells.
 	if b := buf.Bytes(); len(b) >= 1024 && bytes.Equal(b[len(b)-1024:], make([]byte, 1024)) {
 		t.Fatal("a failed archive has its end marker")
+	}
+}
+
+// A file swapped for a FIFO between the listing and the open (by a
+// program of the user's, to hold the agent) fails the archive at once:
+// the FIFO is never opened for reading, which would wait for a writer
+// forever and hold one of the identity threads every operation as another
+// user shares.
+func TestTarNeverOpensASwappedFIFO(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	m, _ := newManager(t)
+	root := t.TempDir()
+	openToAll(t, root)
+	regular := filepath.Join(root, "was-a-file")
+	writeFile(t, regular, "content")
+	info, err := os.Lstat(regular)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(regular)
+	if err := mkfifo(regular); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(regular, 0o666)
+	nobody, err := m.User("nobody")
+	if err != nil {
+		t.Skip("no user nobody")
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- m.tarEntry(nobody, tar.NewWriter(io.Discard), root, tarItem{path: regular, info: info})
+	}()
+	select {
+	case err := <-done:
+		wantKind(t, err, ErrNotRegular)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tar opened the FIFO and waits for a writer")
 	}
 }

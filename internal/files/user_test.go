@@ -327,3 +327,37 @@ func TestIdentityThreadsBounded(t *testing.T) {
 		t.Fatalf("stat as nobody once the thread is free: %v", err)
 	}
 }
+
+// TestIdentityBounded: an operation as another user that does not end
+// (a hung file system, in life) answers its caller with ErrBusy after
+// identityBound; its thread keeps its slot until the call returns, and
+// then gives it back. Not parallel: it changes the package's bound.
+func TestIdentityBounded(t *testing.T) {
+	needRoot(t)
+	m, _ := newManager(t)
+	nobody, err := m.User("nobody")
+	if err != nil {
+		t.Skip("no user nobody")
+	}
+	m.identities = make(chan struct{}, 1)
+	old := identityBound
+	identityBound = 100 * time.Millisecond
+	defer func() { identityBound = old }()
+	release := make(chan struct{})
+	began := time.Now()
+	err = m.as(nobody, func() error { <-release; return nil })
+	if !errors.Is(err, ErrBusy) || time.Since(began) > 10*time.Second {
+		t.Fatalf("a call that does not end: %v after %v", err, time.Since(began))
+	}
+	if len(m.identities) != 1 {
+		t.Fatal("the slot was given back while its thread still runs")
+	}
+	close(release)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(m.identities) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the slot was never given back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
