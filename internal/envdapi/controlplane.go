@@ -1,13 +1,16 @@
 package envdapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
-	"strings"
 	"time"
 
+	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/surface"
+	"github.com/rayito/rayito-agent/internal/wire"
 )
 
 // ControlPlane answers the few calls of E2B's sandbox API that the e2b
@@ -93,19 +96,39 @@ func (c *ControlPlane) sandbox(template string) sandbox {
 }
 
 func (c *ControlPlane) create(w http.ResponseWriter, r *http.Request) {
+	// E2B's NewSandbox: the fields the SDK sends. Those this agent has no
+	// use for are accepted as they are; any other is refused.
 	var body struct {
-		TemplateID string            `json:"templateID"`
-		EnvVars    map[string]string `json:"envVars"`
+		TemplateID          string            `json:"templateID"`
+		EnvVars             map[string]string `json:"envVars"`
+		Metadata            map[string]string `json:"metadata"`
+		Timeout             *int64            `json:"timeout"`
+		Secure              json.RawMessage   `json:"secure"`
+		MCP                 json.RawMessage   `json:"mcp"`
+		AllowInternetAccess json.RawMessage   `json:"allow_internet_access"`
+		Network             json.RawMessage   `json:"network"`
+		IAM                 json.RawMessage   `json:"iam"`
+		AutoPause           json.RawMessage   `json:"autoPause"`
+		AutoPauseMemory     json.RawMessage   `json:"autoPauseMemory"`
+		AutoResume          json.RawMessage   `json:"autoResume"`
+		VolumeMounts        json.RawMessage   `json:"volumeMounts"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&body); err != nil {
-		apiError(w, http.StatusBadRequest, "the body must be a JSON object: "+err.Error())
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "reading the body: "+err.Error())
 		return
 	}
-	for k, v := range body.EnvVars {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			apiError(w, http.StatusBadRequest, "envVars: invalid environment variable "+strings.ReplaceAll(k, "\x00", `\0`))
-			return
-		}
+	if len(bytes.TrimSpace(b)) == 0 {
+		apiError(w, http.StatusBadRequest, "the body must be a JSON object (NewSandbox)")
+		return
+	}
+	if e := surface.DecodeObject(b, &body); e != nil {
+		apiError(w, http.StatusBadRequest, e.Message)
+		return
+	}
+	if err := proc.CheckDefaultEnv(body.EnvVars); err != nil {
+		apiError(w, http.StatusBadRequest, "envVars: "+wire.AsError(err).Message)
+		return
 	}
 	if len(body.EnvVars) > 0 {
 		c.setEnv(body.EnvVars)

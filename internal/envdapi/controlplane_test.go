@@ -54,6 +54,13 @@ func TestControlPlane(t *testing.T) {
 		{"DELETE", "/sandboxes/other", nativeToken, ``, 404},
 		{"POST", "/v2/sandboxes", nativeToken, `[]`, 400},
 		{"POST", "/v2/sandboxes", nativeToken, `{"envVars":{"A=B":"x"}}`, 400},
+		{"POST", "/v2/sandboxes", nativeToken, `null`, 400},
+		{"POST", "/v2/sandboxes", nativeToken, ``, 400},
+		{"POST", "/v2/sandboxes", nativeToken, `{"templateID":"base"} {"templateID":"x"}`, 400},
+		{"POST", "/v2/sandboxes", nativeToken, `{"templateID":"base","tempalteID":"misspelt"}`, 400},
+		{"POST", "/v2/sandboxes", nativeToken, `{"envVars":{"RAYITO_ACCESS_TOKEN":"x"}}`, 400},
+		{"POST", "/v2/sandboxes", nativeToken, `{"envVars":{"A":"x\u0000y"}}`, 400},
+		{"POST", "/v2/sandboxes", nativeToken, `{"templateID":"base","timeout":300,"metadata":{"k":"v"},"secure":true,"autoPause":false,"mcp":null,"allow_internet_access":true}`, 201},
 	} {
 		status, body := call(c.method, c.path, c.key, c.body)
 		if status != c.status {

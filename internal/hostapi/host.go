@@ -1,9 +1,7 @@
 package hostapi
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"mime"
 	"net/http"
@@ -87,22 +85,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) *wire.Error {
 	if len(b) > maxHostBody {
 		return wire.Errorf(wire.CodeLimit, "body larger than %d bytes", maxHostBody)
 	}
-	b = bytes.TrimSpace(b)
-	if len(b) == 0 {
-		return nil
-	}
-	if b[0] != '{' {
-		return wire.Errorf(wire.CodeBadRequest, "the body must be a JSON object")
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return wire.Errorf(wire.CodeBadRequest, "malformed body: %s", wire.DescribeJSON(err))
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return wire.Errorf(wire.CodeBadRequest, "malformed body: data after the JSON object")
-	}
-	return nil
+	return surface.DecodeObject(b, v)
 }
 
 func (s *API) handleResume(w http.ResponseWriter, r *http.Request) {
@@ -212,16 +195,9 @@ func (s *API) handleInit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	for k, v := range body.Env {
-		if k == "" || containsAny(k, "=\x00") {
-			surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "invalid environment variable name %q", k))
-			return
-		}
-		// No process can be given a NUL: every later exec would fail.
-		if containsAny(v, "\x00") {
-			surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "environment variable %q: value holds a NUL byte", k))
-			return
-		}
+	if err := proc.CheckDefaultEnv(body.Env); err != nil {
+		surface.WriteError(w, http.StatusBadRequest, wire.AsError(err))
+		return
 	}
 	if body.DefaultCwd != "" && !isDir(body.DefaultCwd) {
 		surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "default_cwd %q is not a directory", body.DefaultCwd))

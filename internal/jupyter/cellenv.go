@@ -9,7 +9,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/rayito/rayito-agent/internal/wire"
 )
 
 // cellEnvWait bounds each of the silent requests that set and restore a
@@ -21,15 +20,6 @@ const cellEnvWait = 10 * time.Second
 // replaced: an attribute of the os module, so the user's namespace and
 // history see nothing.
 const savedEnvAttr = "_rayito_saved_env"
-
-func checkEnv(env map[string]string) error {
-	for k, v := range env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.Contains(v, "\x00") {
-			return wire.Errorf(wire.CodeBadRequest, "invalid environment variable %q", k)
-		}
-	}
-	return nil
-}
 
 func (s *kernelspec) isPython() bool { return strings.EqualFold(s.Language, "python") }
 

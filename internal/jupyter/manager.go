@@ -245,7 +245,7 @@ func (m *Manager) ExecuteWith(ctx context.Context, kernelID, code string, o Exec
 	if o.Timeout < 0 {
 		return nil, "", wire.Errorf(wire.CodeBadRequest, "execute: timeout must not be negative")
 	}
-	if err := checkEnv(o.Env); err != nil {
+	if err := proc.CheckEnv(o.Env); err != nil {
 		return nil, "", err
 	}
 	if kernelID == "" {

@@ -236,10 +236,10 @@ func (d *Defaults) environment(u users.Account, defEnv, reqEnv map[string]string
 	for k, v := range defEnv {
 		env[k] = v
 	}
+	if err := CheckEnv(reqEnv); err != nil {
+		return nil, err
+	}
 	for k, v := range reqEnv {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.Contains(v, "\x00") {
-			return nil, wire.Errorf(wire.CodeBadRequest, "invalid environment variable %q", k)
-		}
 		env[k] = v
 	}
 	out := make([]string, 0, len(env))

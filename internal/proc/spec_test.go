@@ -96,7 +96,7 @@ func TestResolveRefusesNUL(t *testing.T) {
 		{Spec{Argv: []string{"echo", "a\x00b"}}, "argv[1] contains a NUL byte"},
 		{Spec{Argv: []string{"tr\x00ue"}}, "argv[0] contains a NUL byte"},
 		{Spec{Argv: []string{"true"}, Cwd: "/tmp\x00x"}, "cwd contains a NUL byte"},
-		{Spec{Argv: []string{"true"}, Env: map[string]string{"A": "b\x00c"}}, `invalid environment variable "A"`},
+		{Spec{Argv: []string{"true"}, Env: map[string]string{"A": "b\x00c"}}, `environment variable A: its value holds a NUL byte`},
 	} {
 		_, err := d.Resolve(tc.spec)
 		if err == nil {

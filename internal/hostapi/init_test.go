@@ -1,0 +1,51 @@
+package hostapi_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/rayito/rayito-agent/internal/hostapi"
+	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/surface"
+)
+
+// /v1/init's env is checked as every process's: names with '=' or NUL,
+// values with NUL, and the agent's own RAYITO_ names are refused with a
+// clear 400, and nothing is applied; the body is one JSON object.
+func TestInitRefusesBadEnv(t *testing.T) {
+	const token = "init-token"
+	auth := surface.NewAuth(token)
+	defaults := &proc.Defaults{}
+	kit := surface.New(surface.Options{Auth: auth})
+	kit.Mount(hostapi.New(hostapi.Config{Version: "v1", Auth: auth, Defaults: defaults}).Surface())
+	srv := httptest.NewServer(kit.Handler())
+	defer srv.Close()
+	for body, want := range map[string]string{
+		`{"env":{"RAYITO_URL":"ws://elsewhere"}}`: "agent's own configuration",
+		`{"env":{"A=B":"x"}}`:                      "no '=' or NUL",
+		`{"env":{"":"x"}}`:                         "empty name",
+		`{"env":{"A":"x\u0000y"}}`:                 "NUL byte",
+		`null`:                                     "must be a JSON object",
+		`{"env":{}} {}`:                            "data after the JSON object",
+		`{"envs":{"A":"b"}}`:                       "unknown field",
+	} {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/init", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(b), want) {
+			t.Errorf("/v1/init %s: %d %s, want 400 %q", body, resp.StatusCode, b, want)
+		}
+	}
+	if r, err := defaults.Resolve(proc.Spec{Argv: []string{"true"}}); err != nil || strings.Contains(strings.Join(r.Env, " "), "RAYITO_URL") {
+		t.Fatalf("a refused init changed the defaults: %v %v", r.Env, err)
+	}
+}
