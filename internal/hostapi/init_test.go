@@ -25,12 +25,12 @@ func TestInitRefusesBadEnv(t *testing.T) {
 	defer srv.Close()
 	for body, want := range map[string]string{
 		`{"env":{"RAYITO_URL":"ws://elsewhere"}}`: "agent's own configuration",
-		`{"env":{"A=B":"x"}}`:                      "no '=' or NUL",
-		`{"env":{"":"x"}}`:                         "empty name",
-		`{"env":{"A":"x\u0000y"}}`:                 "NUL byte",
-		`null`:                                     "must be a JSON object",
-		`{"env":{}} {}`:                            "data after the JSON object",
-		`{"envs":{"A":"b"}}`:                       "unknown field",
+		`{"env":{"A=B":"x"}}`:                     "no '=' or NUL",
+		`{"env":{"":"x"}}`:                        "empty name",
+		`{"env":{"A":"x\u0000y"}}`:                "NUL byte",
+		`null`:                                    "must be a JSON object",
+		`{"env":{}} {}`:                           "data after the JSON object",
+		`{"envs":{"A":"b"}}`:                      "unknown field",
 	} {
 		req, _ := http.NewRequest("POST", srv.URL+"/v1/init", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+token)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
 )
 
 // cellEnvWait bounds each of the silent requests that set and restore a
