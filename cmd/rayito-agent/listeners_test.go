@@ -74,7 +74,7 @@ func TestSeveralListeners(t *testing.T) {
 // TestListenErrors: bad vsock addresses and a vsock listener where the
 // machine has no vsock transport fail at start with what to do.
 func TestListenErrors(t *testing.T) {
-	for _, addr := range []string{"vsock://3:49983", "vsock://:port", "vsock://"} {
+	for _, addr := range []string{"vsock://3:49983", "vsock://:port", "vsock://", "vsock://:0", "vsock://:4294967295", "vsock://:4294967296"} {
 		if _, err := listen(addr); err == nil || !strings.Contains(err.Error(), "want vsock://:PORT") {
 			t.Errorf("%s: %v", addr, err)
 		}

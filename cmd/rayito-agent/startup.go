@@ -47,8 +47,10 @@ func listen(addr string) (net.Listener, error) {
 func listenVsock(addr, rest string) (net.Listener, error) {
 	cid, portS, ok := strings.Cut(rest, ":")
 	port, err := strconv.ParseUint(portS, 10, 32)
-	if !ok || cid != "" || err != nil {
-		return nil, &startupError{fmt.Sprintf("bad vsock address %q: want vsock://:PORT (any CID), such as vsock://:49983", addr)}
+	// 0 and 2^32-1 (VMADDR_PORT_ANY) make the kernel pick a port: a host
+	// could not know where to connect.
+	if !ok || cid != "" || err != nil || port == 0 || port == 1<<32-1 {
+		return nil, &startupError{fmt.Sprintf("bad vsock address %q: want vsock://:PORT (any CID, PORT from 1 to 4294967294), such as vsock://:49983", addr)}
 	}
 	l, err := vsock.Listen(uint32(port), nil)
 	if err == nil {

@@ -145,3 +145,32 @@ func TestInputTwoFeeders(t *testing.T) {
 		t.Fatalf("cat wrote %q, want %q", got, text)
 	}
 }
+
+// close_stdin's answers do not depend on how it is asked: on a terminal
+// it is unsupported with an offset or without, and an offset past any
+// input (2^63 and up, which read as none) is a bad_request that changes
+// nothing.
+func TestCloseStdinAnswers(t *testing.T) {
+	t.Parallel()
+	a := newTestAgent(t)
+	rc := a.dial(t)
+	pty := resultStream(t, rc.call(map[string]any{"op": "pty", "argv": []string{"cat"}}))
+	for _, req := range []map[string]any{
+		{"op": "close_stdin", "stream": pty},
+		{"op": "close_stdin", "stream": pty, "offset": 0},
+	} {
+		if r := rc.call(req); errorCode(r) != "unsupported" {
+			t.Errorf("%v on a pty: %v, want unsupported", req, r)
+		}
+	}
+	cat := resultStream(t, rc.call(map[string]any{"op": "exec", "argv": []string{"cat"}, "stdin": true}))
+	if r := rc.call(map[string]any{"op": "close_stdin", "stream": cat, "offset": uint64(1) << 63}); errorCode(r) != "bad_request" {
+		t.Fatalf("close_stdin at 2^63: %v, want bad_request", r)
+	}
+	if r := rc.call(map[string]any{"op": "close_stdin", "stream": cat, "offset": 0}); r["error"] != nil {
+		t.Fatalf("close_stdin at 0 after the refused one: %v", r)
+	}
+	if _, end := rc.collect(cat); end["reason"] != "exit" {
+		t.Fatalf("cat after close_stdin: %v", end)
+	}
+}

@@ -68,4 +68,12 @@ func TestInstance(t *testing.T) {
 	if e, _ := r["error"].(map[string]any); errorCode(r) != "not_found" || strings.Contains(e["message"].(string), "restarted") {
 		t.Fatalf("attach of an unknown stream of this run: %v", r)
 	}
+	// An id no run could have made (below 2^32, or 2^53 and above) is not
+	// blamed on a restart.
+	for _, id := range []uint64{5, 1 << 53} {
+		r = rc.call(map[string]any{"op": "attach", "stream": id})
+		if e, _ := r["error"].(map[string]any); errorCode(r) != "not_found" || !strings.Contains(e["message"].(string), "no run of the agent makes such an id") {
+			t.Fatalf("attach of stream %d: %v", id, r)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package endpoint
 import (
 	"errors"
 	"fmt"
+	"math"
 	"syscall"
 
 	"github.com/rayito/rayito-agent/internal/proc"
@@ -42,6 +43,9 @@ func (s *Server) stream(id uint64) (*stream.Stream, error) {
 	}
 	st := s.cfg.Streams.Get(id)
 	if st == nil {
+		if !stream.Possible(id) {
+			return nil, wire.Errorf(wire.CodeNotFound, "no stream %d: no run of the agent makes such an id (ids are a prefix from 1 to 2^21-1 times 2^32, plus a number from 1)", id)
+		}
 		if !s.cfg.Streams.Owns(id) {
 			return nil, wire.Errorf(wire.CodeNotFound, "no stream %d: the agent restarted since it made that stream (this is instance %s); the stream and its output are gone", id, s.instance())
 		}
@@ -264,6 +268,9 @@ func (s *Server) opCloseStdin(c *call) (any, error) {
 		return nil, err
 	}
 	if p.Offset != nil {
+		if *p.Offset > math.MaxInt64 {
+			return nil, wire.Errorf(wire.CodeBadRequest, "offset is out of range: %d (at most %d)", *p.Offset, int64(math.MaxInt64))
+		}
 		oi, ok := st.Control.(OffsetInputCloser)
 		if !ok {
 			return nil, wire.Errorf(wire.CodeBadRequest, "stream %d (%s) has no stdin", st.ID, st.Kind)

@@ -34,9 +34,11 @@ var (
 	ErrInputClosed = errors.New("the upload's input is closed")
 	ErrWindow      = errors.New("input beyond the upload window")
 	ErrIO          = errors.New("input/output error")
-	// ErrBusy: every thread for operations as other users stayed taken
-	// (identity_linux.go); try again shortly.
-	ErrBusy = errors.New("too many operations as other users at once; try again shortly")
+	// ErrBusy: a bound of the agent's stayed reached (the threads for
+	// operations as other users, the files transfers hold open) or the
+	// file system did not answer; the detail says which. Try again
+	// shortly.
+	ErrBusy = errors.New("the agent is busy; try again shortly")
 )
 
 // Error is a failed operation on a path.

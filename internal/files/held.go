@@ -44,7 +44,7 @@ func (m *Manager) holdSlot(path string) error {
 	case m.held <- struct{}{}:
 		return nil
 	case <-t.C:
-		return newErr("read", path, ErrBusy, fmt.Errorf("%d files are open for transfers", cap(m.held)))
+		return newErr("read", path, ErrBusy, fmt.Errorf("%d files are open for transfers, the most at once, for %v", cap(m.held), heldWait))
 	}
 }
 

@@ -2,7 +2,9 @@ package files
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -16,7 +18,10 @@ import (
 // for someone else, in a directory nobody may enter. So a path used as
 // another user must not go through one.
 
-var errMagicLink = errors.New("the path goes through a /proc magic link (a process's fd, cwd, root or exe), which operations as another user may not follow")
+var (
+	errMagicLink = errors.New("the path goes through a /proc magic link (a process's fd, cwd, root or exe), which operations as another user may not follow")
+	errAgentProc = errors.New("the path is in the agent's own /proc entries (for another user, /proc/self is the agent, not them)")
+)
 
 // noMagicLinks refuses p, for an operation as another user, when
 // resolving it (or, for a path still to be created, its nearest existing
@@ -30,7 +35,11 @@ func noMagicLinks(op, p string) error {
 		})
 		switch {
 		case err == nil:
+			own := agentProc(fd)
 			unix.Close(fd)
+			if own {
+				return newErr(op, p, ErrPermission, errAgentProc)
+			}
 			return nil
 		case errors.Is(err, unix.ENOSYS):
 			if magicName(p) {
@@ -53,6 +62,33 @@ func noMagicLinks(op, p string) error {
 		}
 		return nil // any other error is the operation's to report
 	}
+}
+
+// agentProc reports whether the open O_PATH descriptor fd is the agent
+// process's own /proc directory or below it: /proc/self and
+// /proc/thread-self of a thread acting as another user are the agent's,
+// so listing /proc/self/fd would name the files the agent holds open for
+// others.
+func agentProc(fd int) bool {
+	where, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return false
+	}
+	rest, ok := strings.CutPrefix(where, "/proc/")
+	if !ok {
+		return false
+	}
+	pid, _, _ := strings.Cut(rest, "/")
+	n, err := strconv.Atoi(pid)
+	if err != nil {
+		return false
+	}
+	if n == os.Getpid() {
+		return true
+	}
+	// A thread of the agent: /proc/TID answers for its thread group.
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	return err == nil && strings.Contains(string(b), "\nTgid:\t"+strconv.Itoa(os.Getpid())+"\n")
 }
 
 // magicName reports whether the clean absolute path p names a magic link

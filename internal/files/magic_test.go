@@ -74,8 +74,21 @@ func TestNoMagicLinksAsAnotherUser(t *testing.T) {
 		t.Fatalf("the agent's own read through its fd: %v", err)
 	}
 	f.Close()
-	if _, err := m.Stat("nobody", "/proc/self/status"); err != nil {
-		t.Fatalf("nobody's stat of /proc/self/status: %v", err)
+	if _, err := m.Stat("nobody", "/proc/1/status"); err != nil {
+		t.Fatalf("nobody's stat of /proc/1/status: %v", err)
+	}
+	// For nobody, /proc/self is the agent: its entries (the files it
+	// holds open for others, its environment) are not nobody's to see.
+	for _, p := range []string{"/proc/self/fd", "/proc/self/environ", "/proc/thread-self/status", "/proc/" + strconv.Itoa(os.Getpid()) + "/fd"} {
+		if _, err := m.List("nobody", p, 1); !errors.Is(err, ErrPermission) {
+			t.Errorf("list %s as nobody: %v", p, err)
+		}
+		if _, err := m.Stat("nobody", p); !errors.Is(err, ErrPermission) {
+			t.Errorf("stat %s as nobody: %v", p, err)
+		}
+	}
+	if _, err := m.List("", "/proc/self/fd", 1); err != nil {
+		t.Errorf("the agent's own listing of /proc/self/fd: %v", err)
 	}
 }
 

@@ -350,3 +350,39 @@ func TestWriterReadFromNoSpace(t *testing.T) {
 	}
 	untouched()
 }
+
+// A write whose directory is renamed meanwhile still removes its
+// temporary file when it fails (and commits into the renamed directory
+// when it succeeds): it holds the directory, not its name.
+func TestWriterFollowsItsDirectory(t *testing.T) {
+	t.Parallel()
+	m, _ := newManager(t)
+	base := t.TempDir()
+	dir, moved := filepath.Join(base, "d"), filepath.Join(base, "d2")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	aborted, err := m.Create("", filepath.Join(dir, "a"), WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed, err := m.Create("", filepath.Join(dir, "b"), WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	aborted.Write([]byte("gone"))
+	aborted.Abort()
+	committed.Write([]byte("kept"))
+	if _, err := committed.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if left := temps(t, moved); len(left) > 0 {
+		t.Fatalf("temporary files left in the renamed directory: %v", left)
+	}
+	if got := readFile(t, filepath.Join(moved, "b")); got != "kept" {
+		t.Fatalf("the committed file holds %q", got)
+	}
+}

@@ -384,7 +384,7 @@ func (inst *instance) signalGroup(sig syscall.Signal) error {
 
 func describeExit(st proc.Status) string {
 	if st.Wait.Signaled() {
-		return "killed by " + unix.SignalName(st.Wait.Signal())
+		return "killed by " + proc.SignalName(st.Wait.Signal())
 	}
 	return fmt.Sprintf("exit code %d", st.Wait.ExitStatus())
 }

@@ -327,6 +327,8 @@ func inputError(id uint64, err error) error {
 		return wire.Errorf(wire.CodeConflict, "stdin of stream %d: %v", id, err)
 	case errors.Is(err, stream.ErrInputFull):
 		return wire.Errorf(wire.CodeLimit, "stdin queue of stream %d is full (1 MiB): the process is not reading", id)
+	case errors.Is(err, stream.ErrInputClosed) && err != stream.ErrInputClosed:
+		return wire.Errorf(wire.CodeConflict, "stdin of stream %d: %v", id, err)
 	case errors.Is(err, stream.ErrInputClosed), errors.Is(err, io.ErrClosedPipe), errors.Is(err, syscall.EPIPE):
 		return wire.Errorf(wire.CodeConflict, "stdin of stream %d is closed", id)
 	}

@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -29,12 +30,14 @@ func ParseSignal(name string) (syscall.Signal, error) {
 	return 0, wire.Errorf(wire.CodeBadRequest, "unknown signal %q (want one of SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGSTOP, SIGCONT)", name)
 }
 
-// SignalName is the name of any signal, as reported in `end` events.
+// SignalName is the name of any signal, as reported in `end` events:
+// SIGKILL, or for one without a name (a real-time signal) SIGRT and its
+// number, SIGRT41.
 func SignalName(s syscall.Signal) string {
 	if n := unix.SignalName(s); n != "" {
 		return n
 	}
-	return "SIG" + s.String()
+	return "SIGRT" + strconv.Itoa(int(s))
 }
 
 // ignoreGone treats a process or group that no longer exists as done.

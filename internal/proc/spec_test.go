@@ -5,6 +5,7 @@ import (
 	"os/user"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/rayito/rayito-agent/internal/wire"
@@ -103,6 +104,16 @@ func TestResolveRefusesNUL(t *testing.T) {
 			t.Errorf("%q: resolved, want bad_request %q", tc.spec.Argv, tc.want)
 		} else if we := wire.AsError(err); we.Code != wire.CodeBadRequest || !strings.Contains(we.Message, tc.want) {
 			t.Errorf("%q: %v, want bad_request %q", tc.spec.Argv, err, tc.want)
+		}
+	}
+}
+
+// Every signal has a name in an end: a real-time one too (the kernel's
+// reseed signal, 41, once killed a kernel reported as "killed by ").
+func TestSignalNames(t *testing.T) {
+	for sig, want := range map[syscall.Signal]string{syscall.SIGKILL: "SIGKILL", syscall.SIGTERM: "SIGTERM", 41: "SIGRT41", 64: "SIGRT64"} {
+		if got := SignalName(sig); got != want {
+			t.Errorf("signal %d: %q, want %q", int(sig), got, want)
 		}
 	}
 }

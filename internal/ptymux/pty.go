@@ -207,6 +207,9 @@ func (p *PTY) CloseInput() error {
 	return wire.Errorf(wire.CodeUnsupported, "close_stdin does not apply to a pty")
 }
 
+// CloseInputAt is refused as CloseInput is, whatever the offset.
+func (p *PTY) CloseInputAt(uint64) error { return p.CloseInput() }
+
 // foregroundLocked returns the terminal's foreground process group, or
 // after a hangup the last one seen, or else the program's own group.
 func (p *PTY) foregroundLocked() int {

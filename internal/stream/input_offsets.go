@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"math"
 )
 
 // Input offsets: a client that numbers its input (IN frames with their
@@ -25,11 +26,25 @@ func (in *Input) WriteAt(off uint64, p []byte) error {
 	if skip >= uint64(len(p)) {
 		return nil // all of it was received already (sent again after a reconnect)
 	}
-	if err := in.writeLocked(p[skip:]); err != nil {
-		return err
+	p = p[skip:]
+	var past int
+	if in.closeAt >= 0 {
+		// The end of input was declared: what lies beyond it is not
+		// the input's.
+		if room := uint64(in.closeAt) - in.received; uint64(len(p)) > room {
+			p, past = p[:room], len(p)-int(room)
+		}
+	}
+	if len(p) > 0 {
+		if err := in.writeLocked(p); err != nil {
+			return err
+		}
 	}
 	if in.closeAt >= 0 && in.received >= uint64(in.closeAt) {
 		in.closeLocked()
+	}
+	if past > 0 {
+		return fmt.Errorf("%w: %d bytes past the end of input declared at %d were dropped", ErrInputClosed, past, in.closeAt)
 	}
 	return nil
 }
@@ -38,6 +53,9 @@ func (in *Input) WriteAt(off uint64, p []byte) error {
 // sent after the input before it never overtakes it. Again at the same
 // offset it is a no-op (a client that resends it after a reconnect).
 func (in *Input) CloseAt(off uint64) error {
+	if off > math.MaxInt64 {
+		return fmt.Errorf("%w: end of input at %d is beyond any input", ErrInputEOF, off)
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	switch {

@@ -71,3 +71,33 @@ func TestInputAtOffsets(t *testing.T) {
 		}
 	}
 }
+
+// TestInputEndsWhereDeclared: input past the end close_stdin declared is
+// not written (the client is told), and an end past any possible input
+// is refused rather than read as no end.
+func TestInputEndsWhereDeclared(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	in := stream.NewInput(w, w.Close, 0)
+	defer in.Stop()
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(r)
+		got <- b
+	}()
+	if err := in.CloseAt(1 << 63); !errors.Is(err, stream.ErrInputEOF) {
+		t.Fatalf("an end at 2^63: %v", err)
+	}
+	if err := in.CloseAt(5); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.WriteAt(0, []byte("12345678")); !errors.Is(err, stream.ErrInputClosed) {
+		t.Fatalf("input past the declared end: %v", err)
+	}
+	if b := <-got; string(b) != "12345" {
+		t.Fatalf("the reader got %q, want the declared 5 bytes", b)
+	}
+}

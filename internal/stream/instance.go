@@ -47,6 +47,12 @@ func randomPrefix(r uint64) uint64 {
 // owns reports whether id was made with prefix p.
 func owns(p, id uint64) bool { return id>>idBits == p }
 
+// Possible reports whether any run of the agent could have made id: a
+// prefix from 1 to 2^21-1 and a number from 1, below 2^53.
+func Possible(id uint64) bool {
+	return id <= MaxID && id>>idBits != 0 && id&(1<<idBits-1) != 0
+}
+
 // Instance is the agent run this registry belongs to.
 // A snapshot resumed as another sandbox changes it (Renew).
 func (r *Registry) Instance() string {
@@ -84,6 +90,7 @@ func (r *Registry) nextIDLocked() uint64 {
 	for r.ownsLocked(p << idBits) {
 		p = NewInstance().prefix
 	}
-	r.prefixes = append(r.prefixes, p)
+	r.lastIDs[len(r.lastIDs)-1] = r.nextID
+	r.prefixes, r.lastIDs = append(r.prefixes, p), append(r.lastIDs, 0)
 	return p<<idBits + 1
 }

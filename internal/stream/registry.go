@@ -83,9 +83,11 @@ type Registry struct {
 	stopped sync.WaitGroup
 
 	// The run this registry belongs to, and every id prefix it used (the
-	// last is current).
+	// last is current) with the last id it issued under each (the
+	// current one's is nextID, kept there).
 	instance Instance
 	prefixes []uint64
+	lastIDs  []uint64
 }
 
 // NewRegistry returns a registry that keeps ended streams for keep
@@ -101,7 +103,7 @@ func NewRegistryWith(l Limits) *Registry {
 	l = l.withDefaults()
 	inst := NewInstance()
 	r := &Registry{limits: l, budget: newBudget(l.Budget), streams: make(map[uint64]*Stream), stop: make(chan struct{}),
-		instance: inst, prefixes: []uint64{inst.prefix}, nextID: inst.prefix << idBits}
+		instance: inst, prefixes: []uint64{inst.prefix}, lastIDs: []uint64{0}, nextID: inst.prefix << idBits}
 	r.stopped.Add(1)
 	go r.sweep(min(l.KeepEnded/4, time.Minute))
 	return r
@@ -187,11 +189,19 @@ func (r *Registry) Get(id uint64) *Stream {
 func (r *Registry) IsExpired(id uint64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.streams[id] != nil || id&(1<<idBits-1) == 0 || !r.ownsLocked(id) {
+	if r.streams[id] != nil || id&(1<<idBits-1) == 0 {
 		return false
 	}
-	// Ids grow within a prefix; every id of an earlier prefix was issued.
-	return !owns(r.prefixes[len(r.prefixes)-1], id) || id <= r.nextID
+	// Ids grow within a prefix: those up to the last issued under it were.
+	for i, p := range r.prefixes {
+		if owns(p, id) {
+			if i == len(r.prefixes)-1 {
+				return id <= r.nextID
+			}
+			return id <= r.lastIDs[i]
+		}
+	}
+	return false
 }
 
 // Find returns the newest stream matching pid (if non-zero) or tag (if

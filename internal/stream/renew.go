@@ -17,7 +17,8 @@ func (r *Registry) Renew() (old, current string) {
 		inst = NewInstance()
 	}
 	r.instance = inst
-	r.prefixes = append(r.prefixes, inst.prefix)
+	r.lastIDs[len(r.lastIDs)-1] = r.nextID
+	r.prefixes, r.lastIDs = append(r.prefixes, inst.prefix), append(r.lastIDs, 0)
 	r.nextID = inst.prefix << idBits
 	for len(r.ended) > 0 {
 		r.expireLocked(r.ended[0])

@@ -48,4 +48,15 @@ func TestRenew(t *testing.T) {
 	if next.ID>>32 == running.ID>>32 {
 		t.Fatal("a new stream got an id under the old prefix")
 	}
+	// Under the old prefix, ids it issued and that expired are expired;
+	// those it never issued never were (not expired).
+	if !r.IsExpired(ended.ID) {
+		t.Error("the template's ended stream is not reported expired")
+	}
+	if r.IsExpired(events.ID + 1000) {
+		t.Error("an id the old prefix never issued is reported expired")
+	}
+	if !stream.Possible(next.ID) || stream.Possible(5) || stream.Possible(next.ID&^(1<<32-1)) || stream.Possible(1<<53) {
+		t.Error("Possible: wrong about ids")
+	}
 }
