@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -353,7 +355,10 @@ func TestReconnectReplacesStaleWebsocket(t *testing.T) {
 	a := newAgent(t, false)
 	k := a.startKernel(t)
 	old := a.dialKernel(t, k.UUID(), true)
-	id := old.send("shell", "execute_request", executeContent("import time; time.sleep(1); print('late')"))
+	// The cell prints once the test says so: after the replacement.
+	gate := filepath.Join(t.TempDir(), "go")
+	id := old.send("shell", "execute_request", executeContent(fmt.Sprintf(
+		"import os, time\nwhile not os.path.exists(%q): time.sleep(0.01)\nprint('late')", gate)))
 	old.until(func(m msg) bool { return m.msgType() == "status" && m.parentID() == id })
 
 	w := a.dialSession(t, k.UUID(), old.session, true)
@@ -365,6 +370,9 @@ func TestReconnectReplacesStaleWebsocket(t *testing.T) {
 	}
 	if n := k.Connections(); n != 1 {
 		t.Fatalf("%d relays after the replacement, want 1", n)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	var out string
 	for _, m := range w.until(isReply(id, "execute_reply")) {
