@@ -30,6 +30,9 @@ const (
 	ReasonClosed Reason = "closed"
 	ReasonResume Reason = "resume"
 	ReasonError  Reason = "error"
+	// ReasonOOMKilled: the kernel's OOM killer ended the process (signal
+	// SIGKILL); Wait answers an ExitStatus with OOMKilled set.
+	ReasonOOMKilled Reason = "oom_killed"
 )
 
 // End is how a stream ended, from the agent's end event.

@@ -17,7 +17,7 @@ func TestPinnedToTheAgent(t *testing.T) {
 	codes := []client.Code{client.CodeBadRequest, client.CodeNotFound, client.CodeConflict, client.CodeUnsupported,
 		client.CodeLimit, client.CodeUnavailable, client.CodeInternal, client.CodePermissionDenied, client.CodeExpired}
 	pin(t, "error codes", codes, wire.Codes)
-	reasons := []client.Reason{client.ReasonExit, client.ReasonDone, client.ReasonClosed, client.ReasonResume, client.ReasonError}
+	reasons := []client.Reason{client.ReasonExit, client.ReasonDone, client.ReasonClosed, client.ReasonResume, client.ReasonError, client.ReasonOOMKilled}
 	pin(t, "end reasons", reasons, stream.Reasons)
 	kinds := []client.Kind{client.KindProcess, client.KindPTY, client.KindWatch, client.KindCell, client.KindChannels, client.KindFileRead, client.KindFileWrite}
 	pin(t, "stream kinds", kinds, []stream.Kind{stream.KindProcess, stream.KindPTY, stream.KindWatch, stream.KindCell, stream.KindChannels, files.KindRead, files.KindWrite})

@@ -196,6 +196,8 @@ func (h *handle) waitExit(ctx context.Context) (ExitStatus, error) {
 	switch end.Reason {
 	case ReasonExit:
 		return ExitStatus{Code: end.ExitCode, Signal: Signal(end.Signal)}, nil
+	case ReasonOOMKilled:
+		return ExitStatus{Signal: Signal(end.Signal), OOMKilled: true}, nil
 	case ReasonError:
 		return ExitStatus{}, fmt.Errorf("%w: %s", ErrStreamFailed, end.Message)
 	}
@@ -221,6 +223,10 @@ func (p *Process) Cursors() map[string]uint64 { return p.h.cursors(true) }
 type ExitStatus struct {
 	Code   *int   // nil if killed by a signal
 	Signal Signal // "SIGKILL"..., "" if it exited
+	// OOMKilled: the kernel's OOM killer sent the SIGKILL (the sandbox's
+	// user work reached its memory limit), or the agent's memory guard
+	// did (user work thrashed at that limit).
+	OOMKilled bool
 }
 
 // ExitCode returns the exit code as a shell reports it: the code, or 128

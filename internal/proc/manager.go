@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"errors"
 	"os"
 	"sync"
 	"time"
@@ -97,6 +98,11 @@ func (m *Manager) spawn(res Resolved, o ExecOptions, reserved *stream.Reservatio
 	if err != nil {
 		pp.closeParentEnds()
 		m.wg.Done()
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.ENOMEM) {
+			// The sandbox is out of processes or memory, not the request
+			// at fault: the same request succeeds once there is room.
+			return nil, wire.Errorf(wire.CodeLimit, "cannot start %s: %v", res.Argv[0], err)
+		}
 		return nil, wire.Errorf(wire.CodeBadRequest, "cannot start %s: %v", res.Argv[0], err)
 	}
 	p := &process{m: m, pid: pid, exited: make(chan struct{})}

@@ -179,6 +179,10 @@ func copyOut(f *os.File, l *stream.Log, writing *atomic.Int32, progress *atomic.
 // ExitEnd is the end of a stream whose process ended with st.
 func ExitEnd(st Status) stream.End {
 	e := stream.End{Reason: stream.ReasonExit}
+	if st.OOMKilled {
+		return stream.End{Reason: stream.ReasonOOMKilled, Signal: "SIGKILL",
+			Message: "killed by the kernel's OOM killer: the sandbox's user work reached its memory limit"}
+	}
 	if st.Wait.Signaled() {
 		e.Signal = SignalName(st.Wait.Signal())
 	} else {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -37,6 +38,27 @@ type Reaper struct {
 	// after its fork.
 	oom      *oomShield
 	unshield bool
+	// iso is where children are born and how OOM victims are told
+	// apart (Isolate); nil: anywhere, not told.
+	iso atomic.Pointer[isolation]
+}
+
+// isolation is what Isolate set.
+type isolation struct {
+	// work, if not -1, is the cgroup children are born in, spare the one
+	// they are born in when work is full (cgroup.go).
+	work, spare int
+	// ooms tells the OOM killer's victims apart (oomkill.go); nil: not
+	// known.
+	ooms *OOMKills
+}
+
+// isolation is what Isolate set, never nil.
+func (r *Reaper) isolation() *isolation {
+	if iso := r.iso.Load(); iso != nil {
+		return iso
+	}
+	return &isolation{work: -1, spare: -1}
 }
 
 // Status is how a process ended.
@@ -44,6 +66,8 @@ type Status struct {
 	Pid    int
 	Wait   unix.WaitStatus
 	Rusage unix.Rusage
+	// OOMKilled: the kernel's OOM killer sent the SIGKILL.
+	OOMKilled bool
 }
 
 // ExitCode returns the exit code, or -1 if the process was killed by a signal.
@@ -72,6 +96,16 @@ func NewReaper() (*Reaper, error) {
 	signal.Notify(r.sigs, syscall.SIGCHLD)
 	go r.loop()
 	return r, nil
+}
+
+// Isolate makes every later child of ForkExec start in the cgroup c says
+// (cgroup.go: user/work, or user/spare once work is full), and tells the
+// OOM killer's victims apart with ooms (either may be nil). Call it
+// before the first fork.
+func (r *Reaper) Isolate(c *Cgroups, ooms *OOMKills) {
+	iso := &isolation{ooms: ooms}
+	iso.work, iso.spare = c.StartFDs()
+	r.iso.Store(iso)
 }
 
 // Start runs fork (which must create exactly one child and return its pid)
@@ -112,8 +146,23 @@ func (r *Reaper) ForkExec(path string, argv []string, attr *syscall.ProcAttr) (i
 	}
 	pidfd := -1
 	sys.PidFD = &pidfd
+	iso := r.isolation()
+	if iso.work >= 0 {
+		// Born in the user cgroup (clone3, CLONE_INTO_CGROUP): never
+		// for an instant outside it.
+		sys.UseCgroupFD, sys.CgroupFD = true, iso.work
+	}
 	a.Sys = &sys
-	pid, ch, err := r.Start(func() (int, error) { return syscall.ForkExec(path, argv, &a) })
+	pid, ch, err := r.Start(func() (int, error) {
+		pid, err := syscall.ForkExec(path, argv, &a)
+		if errors.Is(err, syscall.EAGAIN) && iso.spare >= 0 {
+			// The user's work is at its pids.max (a fork bomb?): this
+			// start, likely the user's way out, takes the spare.
+			sys.CgroupFD = iso.spare
+			pid, err = syscall.ForkExec(path, argv, &a)
+		}
+		return pid, err
+	})
 	switch {
 	case err == nil && pidfd >= 0:
 		r.watch(pid, pidfd)
@@ -279,7 +328,16 @@ func (r *Reaper) deliver(st Status) {
 		r.reaped++
 	}
 	r.wmu.Unlock()
-	if ok {
-		ch <- st
+	if !ok {
+		return
 	}
+	if ooms := r.isolation().ooms; ooms != nil && st.Wait.Signaled() && st.Wait.Signal() == syscall.SIGKILL {
+		// Not on the reaping path: the kernel's line may take a moment.
+		go func() {
+			st.OOMKilled = ooms.Killed(st.Pid, oomLineWait)
+			ch <- st
+		}()
+		return
+	}
+	ch <- st
 }

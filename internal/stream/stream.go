@@ -313,10 +313,13 @@ const (
 	ReasonClosed Reason = "closed"
 	ReasonResume Reason = "resume"
 	ReasonError  Reason = "error"
+	// ReasonOOMKilled: the kernel's OOM killer ended the process (the
+	// user cgroup's memory.max, or the machine's memory); signal SIGKILL.
+	ReasonOOMKilled Reason = "oom_killed"
 )
 
 // Reasons are every end reason of the protocol.
-var Reasons = []Reason{ReasonExit, ReasonDone, ReasonClosed, ReasonResume, ReasonError}
+var Reasons = []Reason{ReasonExit, ReasonDone, ReasonClosed, ReasonResume, ReasonError, ReasonOOMKilled}
 
 // End records how a stream ended. Which fields are encoded depends on the
 // reason, as the protocol's `end` event says.
@@ -336,7 +339,7 @@ type End struct {
 func (e End) Fields() map[string]any {
 	m := map[string]any{"reason": e.Reason}
 	switch e.Reason {
-	case ReasonExit:
+	case ReasonExit, ReasonOOMKilled:
 		m["exit_code"] = e.ExitCode
 		if e.Signal != "" {
 			m["signal"] = e.Signal

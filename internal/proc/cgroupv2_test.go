@@ -1,0 +1,241 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/wire"
+)
+
+// testCgroupName is the layout the test makes, next to the agent's.
+const testCgroupName = "rayito-proc-test"
+
+// cgroupV2Root skips unless the test can make a layout of its own: root,
+// a writable cgroup v2 at DefaultCgroupMount, the test in its root cgroup.
+// rootfs/e2e runs this package's TestCgroupV2 tests in the VM, whose image
+// mounts cgroup v2.
+func cgroupV2Root(t *testing.T) string {
+	t.Helper()
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(DefaultCgroupMount, &sfs); err != nil || sfs.Type != unix.CGROUP2_SUPER_MAGIC {
+		t.Skipf("no cgroup v2 at %s (this machine's controllers are on v1): rootfs/e2e runs this test in the VM", DefaultCgroupMount)
+	}
+	if os.Getuid() != 0 {
+		t.Skip("needs root to make cgroups")
+	}
+	if own, err := ownCgroup(); err != nil || own != "/" {
+		t.Skipf("the test is in cgroup %q, not the root: it makes its layout from the root, as the agent in the image does", own)
+	}
+	return DefaultCgroupMount
+}
+
+// layoutForTest makes a layout with small limits, moves the test into its
+// agent cgroup, and undoes it all at the end.
+func layoutForTest(t *testing.T, l CgroupLimits) *Cgroups {
+	mount := cgroupV2Root(t)
+	total, swap := Memory()
+	l, err := UserLimitsFor(l, total, swap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := setupCgroups(mount, testCgroupName, l)
+	base := filepath.Join(mount, testCgroupName)
+	t.Cleanup(func() {
+		write(filepath.Join(mount, "cgroup.procs"), strconv.Itoa(os.Getpid()))
+		c.Close()
+		// cgroup.kill ends every user process the test left, at once.
+		write(filepath.Join(base, "user", "cgroup.kill"), "1")
+		for _, d := range []string{"user/work", "user/spare", "user", "agent", ""} {
+			for range 100 {
+				if err := syscall.Rmdir(filepath.Join(base, d)); err == nil || errors.Is(err, syscall.ENOENT) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	})
+	if !c.On() {
+		t.Fatalf("isolation is off: %s", c.Off)
+	}
+	return c
+}
+
+func readTrim(t *testing.T, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func cgroupOf(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(strings.TrimSpace(string(b)), "0::")
+}
+
+// isolated has the package's reaper start children in c until the end.
+func isolated(t *testing.T, c *Cgroups, ooms *OOMKills) *Reaper {
+	r := testReaper(t)
+	r.Isolate(c, ooms)
+	t.Cleanup(func() { r.Isolate(nil, nil) })
+	return r
+}
+
+// TestCgroupV2Layout: the agent moves into BASE/agent, the limits are
+// written where the layout says, and children are born in user/work.
+func TestCgroupV2Layout(t *testing.T) {
+	c := layoutForTest(t, CgroupLimits{MemoryMax: 128 << 20, PidsMax: 100, CPUWeight: 50})
+	base := filepath.Join(DefaultCgroupMount, testCgroupName)
+	if own, _ := ownCgroup(); own != "/"+testCgroupName+"/agent" {
+		t.Fatalf("the test (as the agent) is in %q", own)
+	}
+	for file, want := range map[string]string{
+		"user/memory.max":     strconv.Itoa(128 << 20),
+		"user/memory.high":    strconv.FormatInt(c.Limits.MemoryHigh, 10),
+		"user/pids.max":       "100",
+		"user/work/pids.max":  "90",
+		"user/spare/pids.max": "10",
+		"user/cpu.weight":     "50",
+		"agent/cpu.weight":    "10000",
+	} {
+		if got := readTrim(t, filepath.Join(base, file)); got != want {
+			t.Errorf("%s = %s, want %s", file, got, want)
+		}
+	}
+	r := isolated(t, c, nil)
+	pid, done, err := r.ForkExec("/bin/sleep", []string{"sleep", "60"}, &syscall.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cgroupOf(t, pid); got != "/"+testCgroupName+"/user/work" {
+		t.Errorf("a child is born in %q", got)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	<-done
+	if iso := c.Isolation(); iso.State != "on" || iso.MemoryMax != 128<<20 || iso.TasksMax != 100 {
+		t.Errorf("isolation %+v", iso)
+	}
+}
+
+// TestCgroupV2Spare: once work is full, a start takes the spare (the
+// user's way out of a fork bomb); once both are full, a start is refused
+// as a limit; the refusals are counted.
+func TestCgroupV2Spare(t *testing.T) {
+	c := layoutForTest(t, CgroupLimits{PidsMax: 40})
+	r := isolated(t, c, nil)
+	var pids []int
+	var dones []<-chan Status
+	defer func() {
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}()
+	for i := range 40 {
+		pid, done, err := r.ForkExec("/bin/sleep", []string{"sleep", "600"}, &syscall.ProcAttr{})
+		if err != nil {
+			t.Fatalf("start %d: %v", i+1, err)
+		}
+		pids, dones = append(pids, pid), append(dones, done)
+		want := "/" + testCgroupName + "/user/work"
+		if i >= 32 {
+			want = "/" + testCgroupName + "/user/spare"
+		}
+		if got := cgroupOf(t, pid); got != want {
+			t.Fatalf("start %d is in %q, want %q", i+1, got, want)
+		}
+	}
+	// A process in work cannot fork into the spare: the bomb stays put.
+	// (Its slot is free once it is reaped.)
+	syscall.Kill(pids[0], syscall.SIGKILL)
+	<-dones[0]
+	pids = pids[1:]
+	sh, shDone, err := r.ForkExec("/bin/sh", []string{"sh", "-c", "sleep 600 & sleep 600 & wait"}, &syscall.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cgroupOf(t, sh); got != "/"+testCgroupName+"/user/work" {
+		t.Fatalf("a start with room in work is in %q", got)
+	}
+	st := <-shDone
+	if st.Wait.ExitStatus() == 0 {
+		t.Errorf("a shell in the full work forked two children: %v", st.Wait)
+	}
+	// The shell's end left room in work: fill it again.
+	pid, _, err := r.ForkExec("/bin/sleep", []string{"sleep", "600"}, &syscall.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids = append(pids, pid)
+	reg := stream.NewRegistry(0)
+	defer reg.Close()
+	m := NewManager(reg, r, &Defaults{}, nil)
+	defer m.Close()
+	_, err = m.Exec(ExecOptions{Spec: Spec{Argv: []string{"true"}}})
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeLimit {
+		t.Errorf("exec with work and spare full: %v, want a limit error", err)
+	}
+	if s := c.Stats(); s.Tasks < 39 || s.ForkRefusals < 3 {
+		t.Errorf("stats with both full: %+v", s)
+	}
+}
+
+// TestCgroupV2OOMKill: a process past memory.max ends oom_killed, killed
+// by the kernel's OOM killer or, where it thrashes at the limit instead
+// (this hog at 64 MiB usually does), by the memory guard with its
+// default setting; the kill is in the stats.
+func TestCgroupV2OOMKill(t *testing.T) {
+	c := layoutForTest(t, CgroupLimits{MemoryMax: 64 << 20})
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("needs python3 for the memory hog")
+	}
+	ooms, err := WatchOOMKills()
+	if err != nil {
+		t.Fatalf("the kernel log: %v", err)
+	}
+	defer ooms.Close()
+	r := isolated(t, c, ooms)
+	if err := c.GuardMemory(DefaultMemoryGuard, ooms, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A page at a time, touched: past 64 MiB within a second.
+	hog := "import mmap\na = []\nwhile True:\n    m = mmap.mmap(-1, 16 << 20)\n    for i in range(0, 16 << 20, 4096): m[i] = 1\n    a.append(m)"
+	started := time.Now()
+	_, done, err := r.ForkExec(python, []string{"python3", "-c", hog}, &syscall.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Status
+	select {
+	case st = <-done:
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("the hog still runs after 5 minutes: %+v, memory.pressure %s", c.Stats(),
+			readTrim(t, filepath.Join(c.user, "memory.pressure")))
+	}
+	if e := ExitEnd(st); e.Reason != stream.ReasonOOMKilled || e.Signal != "SIGKILL" {
+		t.Fatalf("the hog ended %+v (wait status %v), want oom_killed", e, st.Wait)
+	}
+	s := c.Stats()
+	if s.OOMKills < 1 || s.MemoryPeak < 60<<20 {
+		t.Errorf("stats after the kill: %+v", s)
+	}
+	t.Logf("the hog ended oom_killed after %v: %d by the kernel, %d by the memory guard",
+		time.Since(started).Round(time.Second), s.OOMKills-c.guardKills.Load(), c.guardKills.Load())
+}
