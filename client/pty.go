@@ -152,7 +152,7 @@ func (p *PTY) endedError() error {
 	}
 	p.h.mu.Lock()
 	defer p.h.mu.Unlock()
-	if p.h.end == nil || p.h.end.Reason != ReasonExit {
+	if p.h.end == nil || p.h.end.Reason != ReasonExit && p.h.end.Reason != ReasonOOMKilled {
 		return nil
 	}
 	return &Error{Code: CodeConflict, Message: fmt.Sprintf("pty %d has ended", p.h.id), Stream: p.h.id}

@@ -74,6 +74,12 @@ type config struct {
 	// reseed makes every resume re-key the kernel CRNG and reseed the
 	// kernels' PRNGs (clone safety).
 	reseed bool
+	// cgroups is --cgroups (true, false, auto: in an image); userLimits
+	// the user cgroup's limits (zeros derived from the memory).
+	cgroups    string
+	userLimits proc.CgroupLimits
+	// memoryGuard is --user-memory-guard (proc.MemoryGuard).
+	memoryGuard proc.MemoryGuard
 }
 
 // addrList is a flag given once per address; the first use replaces the
@@ -157,6 +163,19 @@ func parseServe(args []string) (config, error) {
 	kernelsDefault := envOr("RAYITO_MAX_KERNELS", strconv.Itoa(jupyter.DefaultMaxKernels))
 	fs.StringVar(&kernelsDefault, "max-kernels", kernelsDefault, "how many Jupyter kernels may run at once, on every surface together (an idle one takes about 70 MB); a start beyond it is refused with limit (env RAYITO_MAX_KERNELS)")
 	fs.BoolVar(&c.reseed, "reseed-on-resume", envBool("RAYITO_RESEED_ON_RESUME", true), "on every resume, re-key the kernel CRNG and reseed the PRNGs of every Python kernel, so that sandboxes resumed from one snapshot diverge; false only to show the hazard (env RAYITO_RESEED_ON_RESUME)")
+	fs.StringVar(&c.cgroups, "cgroups", envOr("RAYITO_CGROUPS", "auto"), "put the agent in a cgroup of its own and user work in a limited one (cgroup v2): true, false, or auto (in a sandbox VM image) (env RAYITO_CGROUPS)")
+	memMax := envOr("RAYITO_USER_MEMORY_MAX", "auto")
+	fs.StringVar(&memMax, "user-memory-max", memMax, "memory all user work may use together (memory.max: the OOM killer acts beyond it), such as 1GiB; auto: the machine's memory less a reserve of an eighth, at least 64 MiB, for the agent (env RAYITO_USER_MEMORY_MAX)")
+	memHigh := envOr("RAYITO_USER_MEMORY_HIGH", "auto")
+	fs.StringVar(&memHigh, "user-memory-high", memHigh, "where user work starts to be throttled and reclaimed (memory.high); auto: 90% of --user-memory-max where there is swap, else --user-memory-max (env RAYITO_USER_MEMORY_HIGH)")
+	pidsMax := envOr("RAYITO_USER_PIDS_MAX", strconv.Itoa(proc.DefaultUserPids))
+	fs.StringVar(&pidsMax, "user-pids-max", pidsMax, "how many tasks user work may have at once (pids.max: a fork beyond fails), at least 32 (env RAYITO_USER_PIDS_MAX)")
+	cpuWeight := envOr("RAYITO_USER_CPU_WEIGHT", "100")
+	fs.StringVar(&cpuWeight, "user-cpu-weight", cpuWeight, "user work's CPU weight, 1 to 10000, against the agent's 10000 (env RAYITO_USER_CPU_WEIGHT)")
+	ioWeight := envOr("RAYITO_USER_IO_WEIGHT", "100")
+	fs.StringVar(&ioWeight, "user-io-weight", ioWeight, "user work's IO weight, 1 to 10000, against the agent's 1000 (env RAYITO_USER_IO_WEIGHT)")
+	guardFlag := envOr("RAYITO_USER_MEMORY_GUARD", proc.DefaultMemoryGuard.String())
+	fs.StringVar(&guardFlag, "user-memory-guard", guardFlag, "kill the user process with the highest oom_score once user work has been fully stalled on memory (thrashing at its limit, which the kernel's OOM killer leaves alone) for SHARE of SPAN, such as 40%/30s; off: never (env RAYITO_USER_MEMORY_GUARD)")
 	originsFlag := envOr("RAYITO_ALLOWED_ORIGINS", "*")
 	fs.StringVar(&originsFlag, "allowed-origins", originsFlag, "web pages that may call the agent from a browser (CORS and websocket origins): * for any, as envd, or a comma list such as https://ide.example.com; every call still needs the token (env RAYITO_ALLOWED_ORIGINS)")
 	if err := fs.Parse(args); err != nil {
@@ -164,6 +183,17 @@ func parseServe(args []string) (config, error) {
 	}
 	if c.adminGroup == "none" {
 		c.adminGroup = ""
+	}
+	if c.cgroups != "auto" && c.cgroups != "true" && c.cgroups != "false" {
+		return c, fmt.Errorf("--cgroups must be true, false or auto, got %q", c.cgroups)
+	}
+	limits, err := parseUserLimits(memMax, memHigh, pidsMax, cpuWeight, ioWeight)
+	if err != nil {
+		return c, err
+	}
+	c.userLimits = limits
+	if c.memoryGuard, err = proc.ParseMemoryGuard(guardFlag); err != nil {
+		return c, fmt.Errorf("--user-memory-guard %w", err)
 	}
 	c.listen = listens.list
 	if len(c.listen) == 0 {
@@ -368,6 +398,40 @@ type managers struct {
 	// clockJump, once the detectors run, is the clock jump detector,
 	// which must hear of the agent's own clock changes.
 	clockJump *resume.ClockJumpDetector
+	// cgroups is the user cgroup (or why there is none); ooms tells the
+	// OOM killer's victims apart.
+	cgroups *proc.Cgroups
+	ooms    *proc.OOMKills
+}
+
+// isolate puts the agent in a cgroup of its own and has every user
+// process born in the user cgroup (proc.SetupCgroups), where --cgroups
+// says so and the machine allows; and tells the OOM killer's victims
+// apart. Neither is required: the log says once why isolation is off.
+func (m *managers) isolate(cfg config, log *zap.Logger) {
+	on, why := imagePolicy("--cgroups", cfg.cgroups, imageMarker)
+	if on {
+		m.cgroups = proc.SetupCgroups(proc.DefaultCgroupMount, cfg.userLimits)
+		why = m.cgroups.Off
+	} else {
+		m.cgroups = &proc.Cgroups{Off: why}
+	}
+	if m.cgroups.On() {
+		l := m.cgroups.Limits
+		log.Info("user work isolated in its cgroup", zap.String("cgroup", m.cgroups.UserDir()), zap.Int64("memory_max", l.MemoryMax),
+			zap.Int64("memory_high", l.MemoryHigh), zap.Int64("pids_max", l.PidsMax), zap.Int("cpu_weight", l.CPUWeight))
+	} else {
+		log.Info("user work is not isolated: it shares the machine with the agent on equal terms", zap.String("because", why))
+	}
+	ooms, err := proc.WatchOOMKills()
+	if err != nil {
+		log.Info("the OOM killer's victims cannot be told apart: they end as killed by SIGKILL", zap.Error(err))
+	}
+	m.ooms = ooms
+	m.reaper.Isolate(m.cgroups, ooms)
+	if err := m.cgroups.GuardMemory(cfg.memoryGuard, ooms, log.Named("memguard")); err != nil {
+		log.Info("no memory guard: user work thrashing at its memory limit crawls there until it ends", zap.Error(err))
+	}
 }
 
 // buildManagers builds the capabilities and the resume manager over them.
@@ -381,6 +445,7 @@ func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
 	if m.reaper, err = proc.NewReaper(); err != nil {
 		return nil, fmt.Errorf("becoming a child subreaper: %w", err)
 	}
+	m.isolate(cfg, log)
 	m.streams = stream.NewRegistryWith(cfg.retention)
 	limitMemory(m.streams.Limits().Budget)
 	// The accounts are one capability: commands, terminals, kernels and
@@ -488,6 +553,7 @@ func (m *managers) close() {
 	if m.streams != nil {
 		m.streams.Close()
 	}
+	m.ooms.Close()
 	if m.reaper != nil {
 		m.reaper.Close()
 	}
@@ -509,7 +575,23 @@ func buildSurfaces(cfg config, log *zap.Logger, m *managers) *surface.Server {
 			w.Metric("rayito_retention_used_bytes", "gauge", "Retention budget in use: held by streams, or set aside by running ones.", "", float64(b.Used))
 			w.Metric("rayito_retention_ended_bytes", "gauge", "Memory held by ended streams.", "", float64(b.Ended))
 			w.Metric("rayito_streams_expired_total", "counter", "Ended streams that expired (by count, bytes, time or memory pressure).", "", float64(m.streams.Expired()))
+			on := 0.0
+			if m.cgroups.On() {
+				on = 1
+			}
+			w.Metric("rayito_isolation", "gauge", "1 if user work runs in its own limited cgroup.", "", on)
+			if m.cgroups.On() {
+				c := m.cgroups.Stats()
+				w.Metric("rayito_user_memory_bytes", "gauge", "Memory the user cgroup uses.", "", float64(c.MemoryCurrent))
+				w.Metric("rayito_user_memory_peak_bytes", "gauge", "The most memory the user cgroup used.", "", float64(c.MemoryPeak))
+				w.Metric("rayito_user_memory_max_bytes", "gauge", "The user cgroup's memory.max.", "", float64(c.MemoryMax))
+				w.Metric("rayito_user_tasks", "gauge", "Tasks in the user cgroup.", "", float64(c.Tasks))
+				w.Metric("rayito_user_oom_kills_total", "counter", "User processes the OOM killer ended.", "", float64(c.OOMKills))
+				w.Metric("rayito_user_fork_refusals_total", "counter", "Forks of user work refused at its pids.max.", "", float64(c.ForkRefusals))
+				w.Metric("rayito_user_cpu_pressure_avg10", "gauge", "Share of the last 10 s a user task waited for a CPU, percent.", "", c.CPUPressure)
+			}
 		},
+		Isolation: m.cgroups.Isolation,
 	}).Surface())
 	srv.Mount(endpoint.New(endpoint.Config{
 		Logger: log.Named("endpoint"), Version: version, Streams: m.streams, Traffic: m.counter,
@@ -601,6 +683,44 @@ func parseSize(v string) (int64, error) {
 		return 0, fmt.Errorf("bad size %q", v)
 	}
 	return n << s, nil
+}
+
+// parseUserLimits reads the user cgroup's limit flags ("auto" sizes
+// derived from the machine's memory) and checks them against their
+// floors and the machine (proc.UserLimitsFor).
+func parseUserLimits(memMax, memHigh, pidsMax, cpuWeight, ioWeight string) (proc.CgroupLimits, error) {
+	var l proc.CgroupLimits
+	for _, sz := range []struct {
+		flag, v string
+		to      *int64
+	}{{"--user-memory-max", memMax, &l.MemoryMax}, {"--user-memory-high", memHigh, &l.MemoryHigh}} {
+		if sz.v == "auto" {
+			continue
+		}
+		n, err := parseSize(sz.v)
+		if err != nil {
+			return l, fmt.Errorf("%s must be a size such as 512MiB or 2GiB, or auto, got %q", sz.flag, sz.v)
+		}
+		*sz.to = n
+	}
+	var err error
+	if l.PidsMax, err = strconv.ParseInt(pidsMax, 10, 64); err != nil {
+		return l, fmt.Errorf("--user-pids-max must be a whole number, got %q", pidsMax)
+	}
+	if l.CPUWeight, err = strconv.Atoi(cpuWeight); err != nil {
+		return l, fmt.Errorf("--user-cpu-weight must be a whole number from 1 to 10000, got %q", cpuWeight)
+	}
+	if l.IOWeight, err = strconv.Atoi(ioWeight); err != nil || l.IOWeight < 1 {
+		return l, fmt.Errorf("--user-io-weight must be a whole number from 1 to 10000, got %q", ioWeight)
+	}
+	if l.CPUWeight < 1 {
+		return l, fmt.Errorf("--user-cpu-weight must be a whole number from 1 to 10000, got %q", cpuWeight)
+	}
+	if l.PidsMax < proc.MinUserPids {
+		return l, fmt.Errorf("--user-pids-max must be at least %d, got %q", proc.MinUserPids, pidsMax)
+	}
+	total, swap := proc.Memory()
+	return proc.UserLimitsFor(l, total, swap)
 }
 
 // kernelHealth adapts the Jupyter manager to what the resume sequence and

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
 )
@@ -43,6 +44,19 @@ func TestParseServe(t *testing.T) {
 	c, err = parseServe([]string{"--kernel-check-timeout", "250ms", "--max-hold-seconds", "86400"})
 	if err != nil || c.kernelCheck != 250*time.Millisecond || c.maxHold != 24*time.Hour {
 		t.Fatalf("the flag wins over the environment: %+v, %v", c, err)
+	}
+	if c, err := parseServe([]string{"--user-memory-max", "256MiB", "--user-pids-max", "100", "--cgroups", "false"}); err != nil ||
+		c.userLimits.MemoryMax != 256<<20 || c.userLimits.MemoryHigh == 0 || c.userLimits.MemoryHigh > 256<<20 || c.userLimits.PidsMax != 100 || c.cgroups != "false" {
+		t.Fatalf("user limits: %+v, %v", c.userLimits, err)
+	}
+	if c, err := parseServe(nil); err != nil || c.memoryGuard != proc.DefaultMemoryGuard {
+		t.Fatalf("the memory guard by default: %+v, %v", c.memoryGuard, err)
+	}
+	if c, err := parseServe([]string{"--user-memory-guard", "off"}); err != nil || !c.memoryGuard.Off {
+		t.Fatalf("--user-memory-guard off: %+v, %v", c.memoryGuard, err)
+	}
+	if c, err := parseServe([]string{"--user-memory-guard", "60%/1m"}); err != nil || c.memoryGuard.Share != 0.6 || c.memoryGuard.For != time.Minute {
+		t.Fatalf("--user-memory-guard 60%%/1m: %+v, %v", c.memoryGuard, err)
 	}
 	if c, err := parseServe([]string{"--kernel-check-timeout", "auto", "--admin-group", "none"}); err != nil || c.kernelCheck != resume.AutoKernelCheck() || c.adminGroup != "" {
 		t.Fatalf("--kernel-check-timeout auto, --admin-group none: %+v, %v", c, err)
@@ -83,6 +97,22 @@ func TestParseServe(t *testing.T) {
 		{"--kernel-start-timeout", "5s"},
 		{"--kernel-start-timeout", "2h"},
 		{"--kernel-start-timeout", "120"},
+		{"--cgroups", "maybe"},
+		{"--user-memory-max", "lots"},
+		{"--user-memory-max", "1MiB"},
+		{"--user-memory-max", "64TiB"},
+		{"--user-memory-high", "1MiB"},
+		{"--user-memory-max", "256MiB", "--user-memory-high", "300MiB"},
+		{"--user-pids-max", "3"},
+		{"--user-pids-max", "many"},
+		{"--user-cpu-weight", "0"},
+		{"--user-io-weight", "20000"},
+		{"--user-memory-guard", "40"},
+		{"--user-memory-guard", "40%"},
+		{"--user-memory-guard", "5%/30s"},
+		{"--user-memory-guard", "40%/1s"},
+		{"--user-memory-guard", "140%/30s"},
+		{"--user-memory-guard", "40%/forever"},
 		{"extra"},
 	} {
 		_, err := parseServe(bad)

@@ -170,16 +170,23 @@ const imageMarker = "/etc/rayito-image"
 // under make run). mode is --set-clock: true, false, or auto (a VM image
 // built by this project, known by imageMarker).
 func clockPolicy(mode, marker string) (set bool, why string) {
+	return imagePolicy("--set-clock", mode, marker)
+}
+
+// imagePolicy decides what flag's mode (true, false or auto) means here:
+// auto is true in a sandbox VM image built by this project (marker
+// exists), false elsewhere; why says which.
+func imagePolicy(flag, mode, marker string) (on bool, why string) {
 	switch mode {
 	case "true":
-		return true, "--set-clock=true"
+		return true, flag + "=true"
 	case "false":
-		return false, "--set-clock=false"
+		return false, flag + "=false"
 	}
 	if _, err := os.Stat(marker); err == nil {
 		return true, "a sandbox VM image (" + marker + " exists)"
 	}
-	return false, "not a sandbox VM image (no " + marker + "); --set-clock=true changes that"
+	return false, "not a sandbox VM image (no " + marker + "); " + flag + "=true changes that"
 }
 
 // errClockNotSet is what setting the clock answers where the agent does

@@ -135,6 +135,12 @@ func endEvent(e stream.End) *process.ProcessEvent_EndEvent {
 		ev.Status = fmt.Sprintf("exit status %d", *e.ExitCode)
 	case e.Reason == stream.ReasonExit:
 		ev.Status = "signal: " + signalText(e.Signal)
+	case e.Reason == stream.ReasonOOMKilled:
+		// envd's words for the signal, and why, in error.
+		ev.Status = "signal: " + signalText(e.Signal)
+		msg := string(e.Reason) + ": " + e.Message
+		ev.Error = &msg
+		return ev
 	default:
 		ev.Status = e.Message
 		if ev.Status == "" {

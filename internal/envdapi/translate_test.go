@@ -3,6 +3,7 @@ package envdapi
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/rayito/rayito-agent/internal/stream"
@@ -58,5 +59,10 @@ func TestEndEvent(t *testing.T) {
 		if ev.Error != nil && *ev.Error != c.status {
 			t.Errorf("%+v: error %q, want the status", c.end, *ev.Error)
 		}
+	}
+	// The OOM killer's victim: envd's words for the signal, and why.
+	ev := endEvent(stream.End{Reason: stream.ReasonOOMKilled, Signal: "SIGKILL", Message: "killed by the kernel's OOM killer"})
+	if ev.ExitCode != -1 || ev.Exited || ev.Status != "signal: killed" || ev.Error == nil || !strings.HasPrefix(*ev.Error, "oom_killed: killed by the kernel's OOM killer") {
+		t.Errorf("an OOM victim's end: %v", ev)
 	}
 }

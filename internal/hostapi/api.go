@@ -39,6 +39,9 @@ type Config struct {
 	Conns func() surface.ConnStats
 	// Metrics adds lines to /metrics (Prometheus text format).
 	Metrics func(w *MetricsWriter)
+	// Isolation says, for /health, whether user work runs in its own
+	// cgroup and what it uses; nil leaves it out.
+	Isolation func() proc.Isolation
 }
 
 // API is the host API. Build with New, mount its Surface.

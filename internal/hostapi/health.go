@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/surface"
 )
@@ -21,7 +22,8 @@ type Health struct {
 	// resumed as a new sandbox (sandbox_id), not on a plain resume.
 	Instance string `json:"instance"`
 	resume.State
-	UptimeMs int64 `json:"uptime_ms"`
+	UptimeMs  int64           `json:"uptime_ms"`
+	Isolation *proc.Isolation `json:"isolation,omitempty"`
 }
 
 func (s *API) health() Health {
@@ -31,6 +33,10 @@ func (s *API) health() Health {
 	}
 	if h.Kernels == nil {
 		h.Kernels = []resume.KernelHealth{}
+	}
+	if s.cfg.Isolation != nil {
+		iso := s.cfg.Isolation()
+		h.Isolation = &iso
 	}
 	return h
 }

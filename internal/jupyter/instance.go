@@ -383,6 +383,9 @@ func (inst *instance) signalGroup(sig syscall.Signal) error {
 }
 
 func describeExit(st proc.Status) string {
+	if st.OOMKilled {
+		return "killed by the kernel's OOM killer (out of memory)"
+	}
 	if st.Wait.Signaled() {
 		return "killed by " + proc.SignalName(st.Wait.Signal())
 	}
