@@ -28,6 +28,8 @@ func TestMain(m *testing.M) {
 	image.cleanup()
 	soakImage.cleanup()
 	noReseedImage.cleanup()
+	isolationImage.cleanup()
+	noCgroupsImage.cleanup()
 	timings.writeIfAsked()
 	os.Exit(code)
 }
