@@ -300,6 +300,10 @@ func (c *Cgroups) setup(mount, name string) error {
 			return fmt.Errorf("setting %s to %s: %w", s.file, s.value, err)
 		}
 	}
+	// An agent that died during a pause left user work frozen: thaw it.
+	if err := write(filepath.Join(c.user, "cgroup.freeze"), "0"); err != nil {
+		return fmt.Errorf("thawing %s: %w", c.user, err)
+	}
 	for _, d := range []struct {
 		name string
 		fd   *int

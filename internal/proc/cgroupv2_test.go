@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -238,4 +239,69 @@ func TestCgroupV2OOMKill(t *testing.T) {
 	}
 	t.Logf("the hog ended oom_killed after %v: %d by the kernel, %d by the memory guard",
 		time.Since(started).Round(time.Second), s.OOMKills-c.guardKills.Load(), c.guardKills.Load())
+}
+
+// TestCgroupV2Freeze: frozen user work runs nothing, a start waits for
+// the thaw, and both run again once thawed; the agent (here the test)
+// keeps running throughout.
+func TestCgroupV2Freeze(t *testing.T) {
+	c := layoutForTest(t, CgroupLimits{MemoryMax: 128 << 20, PidsMax: 100})
+	r := isolated(t, c, nil)
+	u := NewUserWork(c, r)
+	dir := t.TempDir()
+	counter := func(name string) string { return filepath.Join(dir, name) }
+	// Each writes a growing count to its file, as fast as it can.
+	loop := func(name string) error {
+		_, _, err := r.ForkExec("/bin/sh", []string{"sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > " + counter(name) + ".tmp; mv " + counter(name) + ".tmp " + counter(name) + "; done"}, &syscall.ProcAttr{})
+		return err
+	}
+	read := func(name string) string {
+		b, _ := os.ReadFile(counter(name))
+		return string(b)
+	}
+	if err := loop("before"); err != nil {
+		t.Fatal(err)
+	}
+	for read("before") == "" {
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := u.Freeze(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !c.UserFrozen() {
+		t.Fatal("Freeze returned, yet cgroup.events does not say frozen")
+	}
+	started := make(chan error, 1)
+	go func() { started <- loop("during") }()
+	at := read("before")
+	time.Sleep(500 * time.Millisecond)
+	if now := read("before"); now != at {
+		t.Errorf("a frozen process ran: its count went from %s to %s", at, now)
+	}
+	select {
+	case err := <-started:
+		t.Errorf("a start while frozen returned before the thaw: %v", err)
+	default:
+	}
+	if b := read("during"); b != "" {
+		t.Errorf("a process started while frozen ran: it wrote %s", b)
+	}
+	if err := u.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-started; err != nil {
+		t.Fatalf("the start held by the freeze: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for read("during") == "" || read("before") == at {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the thaw: before %q (was %q), during %q", read("before"), at, read("during"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c.UserFrozen() {
+		t.Error("cgroup.events still says frozen after the thaw")
+	}
 }

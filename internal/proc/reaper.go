@@ -41,6 +41,9 @@ type Reaper struct {
 	// iso is where children are born and how OOM victims are told
 	// apart (Isolate); nil: anywhere, not told.
 	iso atomic.Pointer[isolation]
+	// held, while user work is frozen, is a channel closed at the thaw:
+	// starts wait for it (UserWork).
+	held atomic.Pointer[chan struct{}]
 }
 
 // isolation is what Isolate set.
@@ -153,6 +156,11 @@ func (r *Reaper) ForkExec(path string, argv []string, attr *syscall.ProcAttr) (i
 		sys.UseCgroupFD, sys.CgroupFD = true, iso.work
 	}
 	a.Sys = &sys
+	if held := r.held.Load(); held != nil && iso.work >= 0 {
+		// A child born frozen would hold this start, and the reaper's
+		// lock, until the thaw: wait for the thaw first instead.
+		<-*held
+	}
 	pid, ch, err := r.Start(func() (int, error) {
 		pid, err := syscall.ForkExec(path, argv, &a)
 		if errors.Is(err, syscall.EAGAIN) && iso.spare >= 0 {
