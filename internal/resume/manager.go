@@ -81,6 +81,20 @@ type Options struct {
 	// OnNewSandbox renews the agent's identity when the host names
 	// another sandbox than the last (clone.go).
 	OnNewSandbox func(sandboxID string)
+
+	// What a pause acts on (pause.go). Clients nil skips telling them;
+	// UserWork nil skips the freeze, saying UserWorkOff.
+	Clients     Clients
+	UserWork    UserWork
+	UserWorkOff string
+	// WholeVM allows the pause's steps that act on the whole machine
+	// (FIFREEZE, dropping caches, compaction): in a sandbox VM, not on a
+	// shared machine, which WholeVMWhy then names.
+	WholeVM    bool
+	WholeVMWhy string
+	// Detect runs the guest's restore detectors once, before a pause
+	// thaws by itself; true if one saw a restore and reported it.
+	Detect func() bool
 }
 
 // Report is one detector saying the VM was resumed.
@@ -113,6 +127,10 @@ type Manager struct {
 	crng        Rekeyer
 	answers     map[string]State
 	answerOrder []string
+
+	pmu       sync.Mutex
+	pause     *pause    // the pause in place; guarded by pmu
+	lastPause *PauseEnd // guarded by mu
 }
 
 // New loads the persisted state. On a cold boot over existing state it
@@ -173,9 +191,10 @@ func (m *Manager) State() State {
 	sandbox := m.sandbox
 	m.saveMu.Unlock()
 	m.mu.Lock()
-	s := State{Generation: m.gen, SandboxID: sandbox, KernelStateLost: m.lost, LastResume: m.last.withLists()}
+	s := State{Generation: m.gen, SandboxID: sandbox, KernelStateLost: m.lost, LastResume: m.last.withLists(), LastPause: m.lastPause}
 	s.Kernels = append(s.Kernels, m.lostKernels...)
 	m.mu.Unlock()
+	s.Pause = m.Paused()
 	if m.o.Kernels != nil {
 		s.Kernels = append(s.Kernels, m.o.Kernels.List()...)
 	}
@@ -198,6 +217,9 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	// A host's time is when it sent the report; the report may wait
 	// below for a sequence in progress (seconds when a kernel is slow).
 	arrived := time.Now()
+	// A pause in place stops quiescing now; what it froze thaws below,
+	// late (pause.go).
+	p := m.takePause(nil)
 	m.seq.Lock()
 	defer m.seq.Unlock()
 	if r.ResumeID != "" {
@@ -205,10 +227,20 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 		ans, ok := m.answers[r.ResumeID]
 		m.mu.Unlock()
 		if ok {
+			if p != nil {
+				// A retry of an earlier resume: not a restore of this pause.
+				m.abort(p, "abort")
+			}
 			return ans
 		}
 	}
 	if m.duplicate(r.Source) {
+		if p != nil {
+			m.thaw(p, "resume")
+			if m.o.Clients != nil {
+				m.o.Clients.Resumed(m.Generation(), false)
+			}
+		}
 		m.log.Debug("resume already handled", zap.String("source", string(r.Source)))
 		if r.TimeUnixNs > 0 {
 			m.setClock(r.TimeUnixNs, arrived)
@@ -246,6 +278,13 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	// kernels' reseed) may draw from the CRNG the clones still share.
 	last := &LastResume{Source: r.Source, ResumeID: r.ResumeID, AtUnixMs: start.UnixMilli()}
 	m.rekey(r.Entropy, last)
+	if p != nil {
+		// Only now, with the new clock and CRNG, does user work run
+		// again: kernels with it, just before their check and reseed.
+		m.thaw(p, "resume")
+		paused := time.Since(p.started).Milliseconds()
+		last.PausedMs = &paused
+	}
 	// A kernel counts as lost if it stopped answering or died since the
 	// last resume: either way its variables are gone. One already reported
 	// lost or dead then is not reported again. A slow one (alive, no
@@ -286,6 +325,9 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	// shows which resume it was.
 	m.last = last
 	m.mu.Unlock()
+	if p != nil && m.o.Clients != nil {
+		m.o.Clients.Resumed(gen, false)
+	}
 	if m.o.Sessions != nil {
 		cctx, cancel := context.WithTimeout(ctx, CutBound)
 		m.o.Sessions.CutForResume(cctx, gen)

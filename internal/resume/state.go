@@ -19,6 +19,10 @@ type State struct {
 	KernelStateLost bool           `json:"kernel_state_lost"`
 	Kernels         []KernelHealth `json:"kernels"`
 	LastResume      *LastResume    `json:"last_resume,omitempty"`
+	// Pause is the pause in place (the host's /v1/pause), nil when none;
+	// LastPause how the last one ended.
+	Pause     *PauseAnswer `json:"pause,omitempty"`
+	LastPause *PauseEnd    `json:"last_pause,omitempty"`
 }
 
 // KernelHealth is one kernel as /health reports it.
@@ -48,6 +52,10 @@ type LastResume struct {
 	// NewSandbox: the report named another sandbox than the last, and the
 	// agent took a new identity (clone.go).
 	NewSandbox bool `json:"new_sandbox,omitempty"`
+	// PausedMs is how long the sandbox was paused, from the host's
+	// /v1/pause to this resume's thaw (guest time: the time the VM was
+	// frozen is in it only once the clock was set); absent without one.
+	PausedMs *int64 `json:"paused_ms,omitempty"`
 }
 
 // withLists returns l with empty lists where it has none, so that

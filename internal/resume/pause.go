@@ -1,0 +1,432 @@
+package resume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// A pause comes in two phases. Before the host freezes the VM it calls
+// Pause, which quiesces the sandbox: it tells the native clients, freezes
+// user work, syncs (and with ModeFilesystem freezes) the filesystems and
+// may shrink memory. The resume sequence thaws late: the clock step and
+// the CRNG re-key run while user work is still frozen, so no user process
+// runs with the old clock or the old CRNG. A pause that is never followed
+// by a resume ends with Abort, or by itself after ThawAfter of the guest's
+// own time, which stands still while the VM is frozen.
+
+// PauseMode says what the host is about to save.
+type PauseMode string
+
+const (
+	// ModeMemory: a memory snapshot follows (the default).
+	ModeMemory PauseMode = "memory"
+	// ModeFilesystem: only the disk is saved, so the filesystems are
+	// frozen too (FIFREEZE): the disk is then as after a clean unmount.
+	ModeFilesystem PauseMode = "filesystem"
+)
+
+// Shrink says how much memory a pause gives back before the snapshot.
+type Shrink string
+
+const (
+	ShrinkNone  Shrink = "none"
+	ShrinkCache Shrink = "cache"
+	ShrinkAll   Shrink = "all"
+)
+
+// Bounds and defaults of a pause's times.
+const (
+	DefaultPauseDeadline = time.Second
+	MaxPauseDeadline     = time.Minute
+	DefaultThawAfter     = 30 * time.Second
+	MinThawAfter         = time.Second
+	MaxThawAfter         = 24 * time.Hour
+)
+
+// Errors a pause's callers branch on.
+var (
+	// ErrPauseConflict: a pause is in place with other parameters.
+	ErrPauseConflict = errors.New("a pause with other parameters is in place")
+	// ErrNotPaused: there is no pause to abort.
+	ErrNotPaused = errors.New("no pause is in place")
+	// errResumeFirst stops a quiesce that a resume or abort overtook.
+	errResumeFirst = errors.New("a resume or abort came first")
+)
+
+// PauseRequest is the host's pause.
+type PauseRequest struct {
+	Mode      PauseMode
+	Shrink    Shrink
+	Deadline  time.Duration
+	ThawAfter time.Duration
+}
+
+// StepStatus is how far a step of a pause or thaw got.
+type StepStatus string
+
+const (
+	StepDone    StepStatus = "done"
+	StepSkipped StepStatus = "skipped"
+	StepFailed  StepStatus = "failed"
+	// StepRunning: still running when the answer was due (the deadline).
+	StepRunning StepStatus = "running"
+	// StepNotStarted: the deadline passed, or a resume or abort came,
+	// before it.
+	StepNotStarted StepStatus = "not_started"
+)
+
+// Step is one step of a pause or a thaw, as the answer reports it.
+type Step struct {
+	Step   string     `json:"step"`
+	Status StepStatus `json:"status"`
+	Ms     float64    `json:"ms"`
+	Detail string     `json:"detail,omitempty"`
+}
+
+// Names of the steps.
+const (
+	stepNotify   = "notify"
+	stepFreeze   = "freeze"
+	stepSync     = "sync"
+	stepFSFreeze = "fsfreeze"
+	stepShrink   = "shrink"
+	stepFSThaw   = "fsthaw"
+	stepThaw     = "thaw"
+)
+
+// PauseAnswer is what a pause did.
+type PauseAnswer struct {
+	State              string    `json:"state"` // "pausing" until every step is over, then "paused"
+	Generation         uint64    `json:"generation"`
+	Mode               PauseMode `json:"mode"`
+	Shrink             Shrink    `json:"shrink"`
+	Steps              []Step    `json:"steps"`
+	MemAvailableBefore int64     `json:"mem_available_before"`
+	MemAvailableAfter  int64     `json:"mem_available_after"`
+	DurationMs         float64   `json:"duration_ms"`
+	DeadlinePassed     bool      `json:"deadline_passed"`
+	ThawAfterMs        int64     `json:"thaw_after_ms"`
+	AtUnixMs           int64     `json:"at_unix_ms"`
+}
+
+// PauseEnd is how the last pause ended, for health.
+type PauseEnd struct {
+	AtUnixMs int64     `json:"at_unix_ms"`
+	Mode     PauseMode `json:"mode"`
+	Shrink   Shrink    `json:"shrink"`
+	// Ended is "resume", "abort" or "auto_thaw".
+	Ended    string `json:"ended"`
+	PausedMs int64  `json:"paused_ms"`
+	Thaw     []Step `json:"thaw"`
+}
+
+// Clients is what a pause needs of the native endpoint.
+type Clients interface {
+	// Suspending tells every connection that the sandbox is about to be
+	// paused at generation gen, and new connections too until Resumed;
+	// it returns once each connection has been handed the event, or ctx
+	// ends, with the number told.
+	Suspending(ctx context.Context, gen uint64) int
+	// Resumed tells every connection the sandbox runs again at gen
+	// (aborted: the pause was called off and the generation is unchanged).
+	Resumed(gen uint64, aborted bool)
+}
+
+// UserWork freezes and thaws user work; proc.UserWork implements it.
+type UserWork interface {
+	Freeze(ctx context.Context) error
+	Thaw() error
+}
+
+// pause is one pause, from the host's call to its thaw.
+type pause struct {
+	req     PauseRequest
+	started time.Time
+	ctx     context.Context // cancelled by a resume or abort: stop quiescing
+	cancel  func()
+	release context.CancelFunc // frees the deadline's timer
+	done    chan struct{}      // closed when the quiesce is over
+
+	mu     sync.Mutex
+	answer PauseAnswer
+	frozen []frozenFS
+	user   bool // user work was frozen
+	timer  *time.Timer
+}
+
+func (p *pause) snapshot() PauseAnswer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a := p.answer
+	a.Steps = append([]Step(nil), a.Steps...)
+	return a
+}
+
+// step runs one step of the quiesce and records it; f returns the
+// step's words and its error, or skip with the reason it did nothing.
+func (p *pause) step(name string, f func() (detail string, skip bool, err error)) {
+	p.mu.Lock()
+	if p.ctx.Err() != nil {
+		why := "past the deadline"
+		if !errors.Is(context.Cause(p.ctx), context.DeadlineExceeded) {
+			why = context.Cause(p.ctx).Error()
+		}
+		p.answer.Steps = append(p.answer.Steps, Step{Step: name, Status: StepNotStarted, Detail: why})
+		p.mu.Unlock()
+		return
+	}
+	i := len(p.answer.Steps)
+	p.answer.Steps = append(p.answer.Steps, Step{Step: name, Status: StepRunning})
+	p.mu.Unlock()
+	start := time.Now()
+	detail, skip, err := f()
+	s := Step{Step: name, Status: StepDone, Ms: ms(time.Since(start)), Detail: detail}
+	switch {
+	case skip:
+		s.Status = StepSkipped
+	case err != nil:
+		s.Status = StepFailed
+		s.Detail = joinDetail(detail, err.Error())
+	}
+	p.mu.Lock()
+	p.answer.Steps[i] = s
+	p.mu.Unlock()
+}
+
+func joinDetail(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + ": " + b
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// Pause quiesces the sandbox for a pause (the steps in the package doc)
+// and answers by the request's deadline with what is done. A pause while
+// one is in place with the same parameters shares it and gets its answer;
+// with others it is ErrPauseConflict.
+func (m *Manager) Pause(ctx context.Context, req PauseRequest) (PauseAnswer, error) {
+	m.pmu.Lock()
+	p := m.pause
+	if p != nil && (p.req.Mode != req.Mode || p.req.Shrink != req.Shrink) {
+		m.pmu.Unlock()
+		return PauseAnswer{}, fmt.Errorf("%w: mode %s and shrink %s, asked %s and %s; abort it first", ErrPauseConflict, p.req.Mode, p.req.Shrink, req.Mode, req.Shrink)
+	}
+	if p == nil {
+		base, cancelCause := context.WithCancelCause(context.Background())
+		pctx, release := context.WithDeadline(base, time.Now().Add(req.Deadline))
+		p = &pause{req: req, started: time.Now(), ctx: pctx, release: release, done: make(chan struct{}),
+			cancel: func() { cancelCause(errResumeFirst); release() }}
+		p.answer = PauseAnswer{State: "pausing", Mode: req.Mode, Shrink: req.Shrink, ThawAfterMs: req.ThawAfter.Milliseconds(), AtUnixMs: p.started.UnixMilli()}
+		m.pause = p
+		go m.quiesce(p)
+	}
+	m.pmu.Unlock()
+	due := time.NewTimer(time.Until(p.started.Add(p.req.Deadline)))
+	defer due.Stop()
+	select {
+	case <-p.done:
+	case <-due.C:
+	case <-ctx.Done():
+	}
+	a := p.snapshot()
+	if a.State != "paused" {
+		a.DeadlinePassed = true
+		a.DurationMs = ms(time.Since(p.started))
+	}
+	return a, nil
+}
+
+// quiesce runs the steps of p, one sequence at a time with resumes.
+func (m *Manager) quiesce(p *pause) {
+	defer close(p.done)
+	defer p.release()
+	m.seq.Lock()
+	defer m.seq.Unlock()
+	m.mu.Lock()
+	gen := m.gen
+	// Whatever reports a restore after a pause reports a new one: no
+	// guest detection before it, nor its window, can claim it.
+	m.lastAt = time.Time{}
+	m.reported = map[Source]bool{SourceHost: true}
+	m.mu.Unlock()
+	p.mu.Lock()
+	p.answer.Generation = gen
+	p.answer.MemAvailableBefore = memAvailable()
+	p.mu.Unlock()
+	p.step(stepNotify, func() (string, bool, error) {
+		if m.o.Clients == nil {
+			return "no native endpoint", true, nil
+		}
+		n := m.o.Clients.Suspending(p.ctx, gen)
+		return fmt.Sprintf("%d connections told", n), false, nil
+	})
+	p.step(stepFreeze, func() (string, bool, error) {
+		if m.o.UserWork == nil {
+			return "user work is not isolated: " + m.o.UserWorkOff, true, nil
+		}
+		p.mu.Lock()
+		p.user = true // thawed even if the freeze did not finish
+		p.mu.Unlock()
+		if err := m.o.UserWork.Freeze(p.ctx); err != nil {
+			return "", false, err
+		}
+		return "user work frozen", false, nil
+	})
+	fss, fsErr := writableFilesystems()
+	p.step(stepSync, func() (string, bool, error) {
+		if fsErr != nil {
+			return "", false, fsErr
+		}
+		d, err := syncFilesystems(fss)
+		return d, false, err
+	})
+	if p.req.Mode == ModeFilesystem {
+		p.step(stepFSFreeze, func() (string, bool, error) {
+			if !m.o.WholeVM {
+				return "the filesystems are shared with the machine: " + m.o.WholeVMWhy, true, nil
+			}
+			frozen, d, err := freezeFilesystems(fss)
+			p.mu.Lock()
+			p.frozen = frozen
+			p.mu.Unlock()
+			return d, false, err
+		})
+	}
+	if p.req.Shrink != ShrinkNone {
+		p.step(stepShrink, func() (string, bool, error) {
+			d, err := shrinkMemory(p.req.Shrink, m.o.WholeVM, m.o.WholeVMWhy)
+			return d, false, err
+		})
+	}
+	p.mu.Lock()
+	p.answer.MemAvailableAfter = memAvailable()
+	p.answer.DurationMs = ms(time.Since(p.started))
+	p.answer.State = "paused"
+	p.answer.DeadlinePassed = errors.Is(context.Cause(p.ctx), context.DeadlineExceeded)
+	a := p.answer
+	p.mu.Unlock()
+	m.pmu.Lock()
+	if m.pause == p {
+		p.timer = time.AfterFunc(p.req.ThawAfter, func() { m.autoThaw(p) })
+	}
+	m.pmu.Unlock()
+	m.log.Info("paused", zap.Uint64("generation", gen), zap.String("mode", string(p.req.Mode)), zap.String("shrink", string(p.req.Shrink)),
+		zap.Any("steps", a.Steps), zap.Int64("mem_available_before", a.MemAvailableBefore), zap.Int64("mem_available_after", a.MemAvailableAfter))
+}
+
+// takePause ends the pause in place, if any (only want, when not nil):
+// it stops the quiesce and waits for it, and returns the pause to thaw.
+func (m *Manager) takePause(want *pause) *pause {
+	m.pmu.Lock()
+	p := m.pause
+	if p == nil || (want != nil && p != want) {
+		m.pmu.Unlock()
+		return nil
+	}
+	m.pause = nil
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	m.pmu.Unlock()
+	p.cancel()
+	<-p.done
+	return p
+}
+
+// thaw undoes what p froze, filesystems first (a thawed process may
+// write at once), and records how the pause ended.
+func (m *Manager) thaw(p *pause, ended string) []Step {
+	steps := []Step{}
+	p.mu.Lock()
+	frozen, user := p.frozen, p.user
+	p.frozen = nil
+	p.mu.Unlock()
+	if len(frozen) > 0 {
+		start := time.Now()
+		d, err := thawFilesystems(frozen)
+		s := Step{Step: stepFSThaw, Status: StepDone, Ms: ms(time.Since(start)), Detail: d}
+		if err != nil {
+			s.Status, s.Detail = StepFailed, joinDetail(d, err.Error())
+		}
+		steps = append(steps, s)
+	}
+	if user {
+		start := time.Now()
+		s := Step{Step: stepThaw, Status: StepDone, Detail: "user work thawed"}
+		if err := m.o.UserWork.Thaw(); err != nil {
+			s.Status, s.Detail = StepFailed, err.Error()
+		}
+		s.Ms = ms(time.Since(start))
+		steps = append(steps, s)
+	}
+	end := &PauseEnd{AtUnixMs: p.started.UnixMilli(), Mode: p.req.Mode, Shrink: p.req.Shrink, Ended: ended,
+		PausedMs: time.Since(p.started).Milliseconds(), Thaw: steps}
+	m.mu.Lock()
+	m.lastPause = end
+	m.mu.Unlock()
+	return steps
+}
+
+// AbortAnswer is what an abort did.
+type AbortAnswer struct {
+	State      string `json:"state"` // "running"
+	Generation uint64 `json:"generation"`
+	PausedMs   int64  `json:"paused_ms"`
+	Thaw       []Step `json:"thaw"`
+}
+
+// Abort calls off the pause in place: user work and the filesystems thaw,
+// clients are told, and the generation stays (no restore happened).
+// Without a pause it is ErrNotPaused.
+func (m *Manager) Abort() (AbortAnswer, error) {
+	p := m.takePause(nil)
+	if p == nil {
+		return AbortAnswer{}, ErrNotPaused
+	}
+	return m.abort(p, "abort"), nil
+}
+
+func (m *Manager) abort(p *pause, ended string) AbortAnswer {
+	steps := m.thaw(p, ended)
+	gen := m.Generation()
+	if m.o.Clients != nil {
+		m.o.Clients.Resumed(gen, true)
+	}
+	m.log.Info("pause called off", zap.String("by", ended), zap.Uint64("generation", gen), zap.Any("thaw", steps))
+	return AbortAnswer{State: "running", Generation: gen, PausedMs: time.Since(p.started).Milliseconds(), Thaw: steps}
+}
+
+// autoThaw ends a pause that no resume followed within its ThawAfter.
+// The timer counts the guest's monotonic time, which stands still while
+// the VM is frozen, so a real pause, however long, rarely runs it down;
+// should it, the guest's restore detectors are asked first: if they see
+// a restore, its resume sequence takes the pause and thaws it late.
+func (m *Manager) autoThaw(p *pause) {
+	if m.o.Detect != nil && m.o.Detect() {
+		return // a restore: its resume takes the pause
+	}
+	if p = m.takePause(p); p == nil {
+		return
+	}
+	m.log.Warn("no resume came within thaw_after: thawing the sandbox", zap.Duration("thaw_after", p.req.ThawAfter))
+	m.abort(p, "auto_thaw")
+}
+
+// Paused is the pause in place, nil if none: for health.
+func (m *Manager) Paused() *PauseAnswer {
+	m.pmu.Lock()
+	p := m.pause
+	m.pmu.Unlock()
+	if p == nil {
+		return nil
+	}
+	a := p.snapshot()
+	return &a
+}
