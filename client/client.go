@@ -64,6 +64,13 @@ type Options struct {
 	// OnReconnect runs after a new connection is up and every live handle
 	// has been reattached, with the agent's resume generation.
 	OnReconnect func(generation uint64)
+	// OnSuspend runs when the agent says its sandbox is about to be
+	// paused, with the generation being paused. Until the sandbox runs
+	// again, reads and calls wait for it however long it takes (only
+	// their context or Close ends them), and reconnecting spends none of
+	// ReconnectTimeout. It runs on the connection's reader goroutine:
+	// keep it short.
+	OnSuspend func(generation uint64)
 }
 
 // Client is a connection to one agent, re-established on its own when it
@@ -100,6 +107,10 @@ type Client struct {
 	closed  bool
 
 	instance string // the agent run of the current (or last) connection
+	// suspended: the agent said its sandbox is being paused, and no
+	// connection since said it runs (suspend.go); guarded by mu.
+	suspended    bool
+	suspendedGen uint64
 }
 
 // pending is a request waiting for its response.

@@ -40,9 +40,11 @@ type conn struct {
 	inputOffsets bool
 	// opIDs: the agent takes op_ids (exactly-once requests).
 	opIDs bool
-	done  chan struct{}            // closed when the reader ended
-	hdr   [wire.MaxDataHeader]byte // reader goroutine: head of a data frame
-	text  []byte                   // reader goroutine: one control frame
+	// suspending: its hello said the sandbox is being paused.
+	suspending bool
+	done       chan struct{}            // closed when the reader ended
+	hdr        [wire.MaxDataHeader]byte // reader goroutine: head of a data frame
+	text       []byte                   // reader goroutine: one control frame
 }
 
 // head is what every control frame is first decoded into.
@@ -64,6 +66,8 @@ type helloMsg struct {
 	InputOffsets bool `json:"input_offsets"`
 	// OpIDs: the agent takes op_ids.
 	OpIDs bool `json:"op_ids"`
+	// Suspending: the sandbox is being paused (the host's /v1/pause).
+	Suspending bool `json:"suspending"`
 }
 
 type gapMsg struct {
@@ -110,7 +114,7 @@ func (c *Client) dial(ctx context.Context) (*conn, error) {
 		ws.CloseNow()
 		return nil, fmt.Errorf("client: agent speaks protocol %d, this client 1", h.Protocol)
 	}
-	return &conn{c: c, ws: ws, batch: batch(), gen: h.Generation, inst: h.Instance, inputOffsets: h.InputOffsets, opIDs: h.OpIDs, done: make(chan struct{})}, nil
+	return &conn{c: c, ws: ws, batch: batch(), gen: h.Generation, inst: h.Instance, inputOffsets: h.InputOffsets, opIDs: h.OpIDs, suspending: h.Suspending, done: make(chan struct{})}, nil
 }
 
 // install makes cn the current connection and starts its reader; false
@@ -124,12 +128,14 @@ func (c *Client) install(cn *conn) bool {
 	}
 	c.cur, c.gen, c.instance = cn, cn.gen, cn.inst
 	c.changedLocked()
+	suspended := c.noteSuspendingLocked(cn.suspending, cn.gen)
 	c.wg.Add(1)
 	if c.opts.PingInterval > 0 {
 		c.wg.Add(1)
 		go c.heartbeat(cn)
 	}
 	c.mu.Unlock()
+	suspended()
 	go c.readLoop(cn)
 	return true
 }
@@ -258,6 +264,15 @@ func (c *Client) readControl(cn *conn, r io.Reader) error {
 		h = c.handle(m.Stream)
 	}
 	switch {
+	case m.Event == "suspending" || m.Event == "resumed":
+		var ev struct {
+			Generation uint64 `json:"generation"`
+		}
+		json.Unmarshal(msg, &ev)
+		c.mu.Lock()
+		after := c.noteSuspendingLocked(m.Event == "suspending", ev.Generation)
+		c.mu.Unlock()
+		after()
 	case m.Event == "error":
 		e := m.Error
 		if e == nil {

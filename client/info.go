@@ -51,6 +51,11 @@ type Health struct {
 	// Isolation says whether user work runs in its own limited cgroup
 	// (with the token only).
 	Isolation *Isolation `json:"isolation"`
+	// Paused: a host's pause is in place (without the token too); Pause
+	// is that pause and LastPause how the last one ended (with the token).
+	Paused    bool         `json:"paused"`
+	Pause     *PauseAnswer `json:"pause"`
+	LastPause *PauseEnd    `json:"last_pause"`
 }
 
 // Isolation is the user cgroup's state: on, with what user work uses, or
@@ -85,6 +90,9 @@ type LastResume struct {
 	// NewSandbox: the resume named another sandbox, and the agent took a
 	// new identity (a new Instance).
 	NewSandbox bool `json:"new_sandbox"`
+	// PausedMs: how long the host's pause before this resume lasted, from
+	// its /v1/pause to the thaw; nil when none came before.
+	PausedMs *int64 `json:"paused_ms"`
 }
 
 // KernelNotReseeded is a kernel a resume could not reseed, and why.

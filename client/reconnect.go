@@ -53,8 +53,11 @@ func (c *Client) reconnect() error {
 			case <-t.C:
 			}
 		}
+		// A paused sandbox answers nothing: waiting for it spends none
+		// of the budget, however long the pause.
+		suspended := c.Suspended()
 		attempt := time.Now().Add(dialTimeout)
-		if attempt.After(deadline) {
+		if attempt.After(deadline) && !suspended {
 			attempt = deadline
 		}
 		ctx, cancel := context.WithDeadline(c.life, attempt)
@@ -91,6 +94,8 @@ func (c *Client) reconnect() error {
 			return ErrClosed
 		case errors.Is(err, ErrUnauthorized):
 			return fmt.Errorf("%w: %w", ErrConnectionLost, err)
+		case suspended:
+			deadline = time.Now().Add(c.opts.ReconnectTimeout)
 		case !time.Now().Before(deadline):
 			return fmt.Errorf("%w: no connection for %v: %w", ErrConnectionLost, c.opts.ReconnectTimeout, err)
 		}

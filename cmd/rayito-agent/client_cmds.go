@@ -35,6 +35,10 @@ func runCodeCmd(args []string) int {
 	return runCode(args, os.Stdin, os.Stdout, os.Stderr)
 }
 
+func pauseCmd(args []string) int {
+	return runPause(args, os.Stdout, os.Stderr)
+}
+
 func resumeCmd(args []string) int {
 	return runResume(args, os.Stdout, os.Stderr)
 }
@@ -44,7 +48,10 @@ func resumeCmd(args []string) int {
 func dialAgent(url string) (*client.Client, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, url, client.Options{Token: os.Getenv("RAYITO_ACCESS_TOKEN")})
+	c, err := client.Dial(ctx, url, client.Options{Token: os.Getenv("RAYITO_ACCESS_TOKEN"), OnSuspend: func(gen uint64) {
+		// attach, watch and the rest wait for the sandbox, however long.
+		fmt.Fprintf(os.Stderr, "rayito-agent: the sandbox is being paused (generation %d); waiting for it to run again\n", gen)
+	}})
 	return c, explainToken(err)
 }
 

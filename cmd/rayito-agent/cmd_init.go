@@ -46,7 +46,7 @@ func runInit(args []string, stdout, stderr io.Writer) int {
 
 // printAnswer prints a host call's answer (/health as it was after the
 // call) as indented JSON, or the error.
-func printAnswer(name string, h client.Health, err error, stdout, stderr io.Writer) int {
+func printAnswer(name string, h any, err error, stdout, stderr io.Writer) int {
 	if err == nil {
 		var b []byte
 		if b, err = json.MarshalIndent(h, "", "  "); err == nil {

@@ -54,6 +54,7 @@ func commands() []command {
 		{"mkdir", "[flags] [:]PATH...", "make directories in the sandbox, with their parents", mkdirCmd, ""},
 		{"health", "[flags]", "print the agent's /health", healthCmd, ""},
 		{"init", "[flags]", "configure the agent as a host does (POST /v1/init)", initCmd, ""},
+		{"pause", "[flags]", "tell the agent its VM is about to be paused, or with --abort that it is not (POST /v1/pause)", pauseCmd, ""},
 		{"resume", "[flags]", "tell the agent its VM was resumed (POST /v1/resume)", resumeCmd, ""},
 		{"version", "", "print the version", versionCmd, ""},
 	}

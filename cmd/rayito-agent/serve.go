@@ -76,8 +76,10 @@ type config struct {
 	reseed bool
 	// cgroups is --cgroups (true, false, auto: in an image); userLimits
 	// the user cgroup's limits (zeros derived from the memory).
-	cgroups    string
-	userLimits proc.CgroupLimits
+	cgroups string
+	// pauseWholeVM is --pause-whole-vm (true, false, auto: in an image).
+	pauseWholeVM string
+	userLimits   proc.CgroupLimits
 	// memoryGuard is --user-memory-guard (proc.MemoryGuard).
 	memoryGuard proc.MemoryGuard
 }
@@ -163,6 +165,7 @@ func parseServe(args []string) (config, error) {
 	kernelsDefault := envOr("RAYITO_MAX_KERNELS", strconv.Itoa(jupyter.DefaultMaxKernels))
 	fs.StringVar(&kernelsDefault, "max-kernels", kernelsDefault, "how many Jupyter kernels may run at once, on every surface together (an idle one takes about 70 MB); a start beyond it is refused with limit (env RAYITO_MAX_KERNELS)")
 	fs.BoolVar(&c.reseed, "reseed-on-resume", envBool("RAYITO_RESEED_ON_RESUME", true), "on every resume, re-key the kernel CRNG and reseed the PRNGs of every Python kernel, so that sandboxes resumed from one snapshot diverge; false only to show the hazard (env RAYITO_RESEED_ON_RESUME)")
+	fs.StringVar(&c.pauseWholeVM, "pause-whole-vm", envOr("RAYITO_PAUSE_WHOLE_VM", "auto"), "let a pause act on the whole machine (FIFREEZE every filesystem, drop the page cache, compact memory): true, false, or auto (in a sandbox VM image) (env RAYITO_PAUSE_WHOLE_VM)")
 	fs.StringVar(&c.cgroups, "cgroups", envOr("RAYITO_CGROUPS", "auto"), "put the agent in a cgroup of its own and user work in a limited one (cgroup v2): true, false, or auto (in a sandbox VM image) (env RAYITO_CGROUPS)")
 	memMax := envOr("RAYITO_USER_MEMORY_MAX", "auto")
 	fs.StringVar(&memMax, "user-memory-max", memMax, "memory all user work may use together (memory.max: the OOM killer acts beyond it), such as 1GiB; auto: the machine's memory less a reserve of an eighth, at least 64 MiB, for the agent (env RAYITO_USER_MEMORY_MAX)")
@@ -183,6 +186,9 @@ func parseServe(args []string) (config, error) {
 	}
 	if c.adminGroup == "none" {
 		c.adminGroup = ""
+	}
+	if c.pauseWholeVM != "auto" && c.pauseWholeVM != "true" && c.pauseWholeVM != "false" {
+		return c, fmt.Errorf("--pause-whole-vm must be true, false or auto, got %q", c.pauseWholeVM)
 	}
 	if c.cgroups != "auto" && c.cgroups != "true" && c.cgroups != "false" {
 		return c, fmt.Errorf("--cgroups must be true, false or auto, got %q", c.cgroups)
@@ -402,6 +408,39 @@ type managers struct {
 	// OOM killer's victims apart.
 	cgroups *proc.Cgroups
 	ooms    *proc.OOMKills
+	// native is the native endpoint, which a pause tells its clients
+	// through; built after the resume manager (buildSurfaces).
+	native *endpoint.Server
+}
+
+// nativeClients is the pause's way to the native endpoint's clients.
+type nativeClients struct{ m *managers }
+
+func (c nativeClients) Suspending(ctx context.Context, gen uint64) int {
+	if c.m.native == nil {
+		return 0
+	}
+	return c.m.native.Suspending(ctx, gen)
+}
+
+func (c nativeClients) Resumed(gen uint64, aborted bool) {
+	if c.m.native != nil {
+		c.m.native.Resumed(gen, aborted)
+	}
+}
+
+// userWork is what a pause freezes: the user cgroup, nil when off.
+func (m *managers) userWork() resume.UserWork {
+	if !m.cgroups.On() {
+		return nil
+	}
+	return proc.NewUserWork(m.cgroups, m.reaper)
+}
+
+// detectNow asks the clock jump detector, once, whether the VM was
+// restored (a pause's auto-thaw asks before it thaws).
+func (m *managers) detectNow() bool {
+	return m.clockJump != nil && m.clockJump.Check()
 }
 
 // isolate puts the agent in a cgroup of its own and has every user
@@ -480,10 +519,17 @@ func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
 	// the registry reads the generation the manager publishes.
 	m.cuts = surface.NewCuts(func() uint64 { return m.resumer.Generation() })
 	m.setClock = m.clockSetter(cfg, log)
+	wholeVM, wholeVMWhy := imagePolicy("--pause-whole-vm", cfg.pauseWholeVM, imageMarker)
+	if wholeVM {
+		// An agent that died during a pause left them frozen.
+		resume.ThawAllFilesystems()
+	}
 	m.resumer, err = resume.New(resume.Options{
 		StateDir: cfg.stateDir, Sessions: m.cuts, SetClock: m.setClock, Kernels: kernelHealth{m.kernels},
 		OnResume: m.counter.Resumed, KernelCheck: cfg.kernelCheck, Logger: log.Named("resume"),
 		Reseed: cfg.reseed, KernelReseed: kernelHealth{m.kernels}, OnNewSandbox: m.newSandbox(log.Named("resume")),
+		Clients: nativeClients{m}, UserWork: m.userWork(), UserWorkOff: m.cgroups.Off,
+		WholeVM: wholeVM, WholeVMWhy: wholeVMWhy, Detect: m.detectNow,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
@@ -567,7 +613,7 @@ func buildSurfaces(cfg config, log *zap.Logger, m *managers) *surface.Server {
 	srv := surface.New(surface.Options{Logger: log.Named("http"), Auth: auth, Traffic: m.counter, Origins: cfg.origins})
 	srv.Mount(hostapi.New(hostapi.Config{
 		Logger: log.Named("host"), Version: version, Auth: auth, Streams: m.streams, Traffic: m.counter,
-		Resume: m.resumer, Defaults: m.defaults, SetClock: m.setClock, Conns: srv.Conns,
+		Resume: m.resumer, Pause: m.resumer, Defaults: m.defaults, SetClock: m.setClock, Conns: srv.Conns,
 		Metrics: func(w *hostapi.MetricsWriter) {
 			w.Metric("rayito_orphans_reaped_total", "counter", "Orphaned descendants reaped.", "", float64(m.reaper.Orphans()))
 			b := m.streams.Budget().Stats()
@@ -593,11 +639,12 @@ func buildSurfaces(cfg config, log *zap.Logger, m *managers) *surface.Server {
 		},
 		Isolation: m.cgroups.Isolation,
 	}).Surface())
-	srv.Mount(endpoint.New(endpoint.Config{
+	m.native = endpoint.New(endpoint.Config{
 		Logger: log.Named("endpoint"), Version: version, Streams: m.streams, Traffic: m.counter,
 		Procs: m.procs, PTYs: m.ptys, Watches: m.watches, Kernels: m.kernels, Files: m.files, Cuts: m.cuts,
 		Origins: cfg.origins,
-	}).Surface())
+	})
+	srv.Mount(m.native.Surface())
 	srv.Mount(envdapi.New(envdapi.Config{
 		Logger: log.Named("envd"), Auth: auth, Streams: m.streams, Procs: m.procs, PTYs: m.ptys,
 		Watches: m.watches, Users: m.defaults, Files: m.files, Cuts: m.cuts, Open: cfg.envdOpen,

@@ -14,6 +14,7 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -52,6 +53,9 @@ type Server struct {
 	ops map[string]op
 	// outcomes are the answers of requests named by an op_id.
 	outcomes *outcomes
+
+	// suspending: a pause is in place (suspend.go); hellos say so.
+	suspending atomic.Bool
 
 	mu       sync.Mutex
 	sessions map[*Session]struct{}

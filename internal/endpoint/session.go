@@ -88,6 +88,10 @@ type outFrame struct {
 	payload []byte // when set, msg is a data frame's header and this its payload
 	release func()
 	close   bool
+	// lifecycle: a frame the agent sends of its own about the sandbox
+	// (suspending, resumed), not traffic: it must not keep a sandbox
+	// that its host pauses for idleness awake.
+	lifecycle bool
 }
 
 func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
@@ -140,8 +144,12 @@ func (ss *Session) Generation() uint64 { return ss.generation }
 // another goroutine, which then ends the session (brief.go): a blocked
 // op never holds a closed connection's session open.
 func (ss *Session) run() {
-	hello, _ := jsonBytes(map[string]any{"event": "hello", "protocol": 1, "version": ss.srv.cfg.Version, "generation": ss.generation, "instance": ss.srv.instance(),
-		"input_offsets": true, "op_ids": true})
+	h := map[string]any{"event": "hello", "protocol": 1, "version": ss.srv.cfg.Version, "generation": ss.generation, "instance": ss.srv.instance(),
+		"input_offsets": true, "op_ids": true}
+	if ss.srv.suspending.Load() {
+		h["suspending"] = true
+	}
+	hello, _ := jsonBytes(h)
 	ss.queue(ss.ctrl, outFrame{msg: hello})
 	go func() {
 		defer close(ss.writerDone)
@@ -362,7 +370,9 @@ func (ss *Session) write(f outFrame) bool {
 	}
 	// Counted as the frame is handed to the connection, as HTTP responses
 	// are: a client that has read it finds it counted.
-	ss.srv.cfg.Traffic.Out(len(f.msg) + len(f.payload))
+	if !f.lifecycle {
+		ss.srv.cfg.Traffic.Out(len(f.msg) + len(f.payload))
+	}
 	var err error
 	if f.payload != nil {
 		err = ss.writeFragments(typ, f.msg, f.payload)

@@ -1,5 +1,5 @@
-// Package hostapi serves the host's calls: /health, /v1/init, /v1/resume,
-// /v1/traffic and /metrics. They are a surface of their own on the shared
+// Package hostapi serves the host's calls: /health, /v1/init, /v1/pause,
+// /v1/resume, /v1/traffic and /metrics. They are a surface of their own on the shared
 // layer, served on reserve connections too, so that the host sees and
 // controls the sandbox even while other clients flood it.
 package hostapi
@@ -39,6 +39,10 @@ type Config struct {
 	Conns func() surface.ConnStats
 	// Metrics adds lines to /metrics (Prometheus text format).
 	Metrics func(w *MetricsWriter)
+	// Pause quiesces the sandbox before a pause (POST /v1/pause) and
+	// calls a pause off (POST /v1/pause/abort); nil makes both
+	// unsupported.
+	Pause Pauser
 	// Isolation says, for /health, whether user work runs in its own
 	// cgroup and what it uses; nil leaves it out.
 	Isolation func() proc.Isolation
@@ -81,6 +85,8 @@ func (a *API) Surface() surface.Surface {
 		route("GET /health", a.handleHealth, surface.Public),
 		route("POST /v1/init", a.handleInit, surface.Public),
 		route("POST /v1/resume", a.handleResume, surface.Token),
+		route("POST /v1/pause", a.handlePause, surface.Token),
+		route("POST /v1/pause/abort", a.handlePauseAbort, surface.Token),
 		route("GET /v1/traffic", a.handleTraffic, surface.Token),
 		route("GET /metrics", a.handleMetrics, surface.Token),
 	}}

@@ -24,6 +24,8 @@ type Health struct {
 	resume.State
 	UptimeMs  int64           `json:"uptime_ms"`
 	Isolation *proc.Isolation `json:"isolation,omitempty"`
+	// Paused: a host's pause is in place (State.Pause says which).
+	Paused bool `json:"paused,omitempty"`
 }
 
 func (s *API) health() Health {
@@ -34,6 +36,7 @@ func (s *API) health() Health {
 	if h.Kernels == nil {
 		h.Kernels = []resume.KernelHealth{}
 	}
+	h.Paused = h.Pause != nil
 	if s.cfg.Isolation != nil {
 		iso := s.cfg.Isolation()
 		h.Isolation = &iso
@@ -59,6 +62,8 @@ type PublicHealth struct {
 	Instance         string `json:"instance"`
 	ResumeGeneration uint64 `json:"resume_generation"`
 	KernelStateLost  bool   `json:"kernel_state_lost"`
+	// Paused: the host's /v1/pause is in place (user work is frozen).
+	Paused bool `json:"paused,omitempty"`
 }
 
 func (s *API) handleHealth(w http.ResponseWriter, r *http.Request) {
@@ -68,7 +73,7 @@ func (s *API) handleHealth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	surface.WriteJSON(w, http.StatusOK, PublicHealth{Status: h.Status, Version: h.Version, Instance: h.Instance,
-		ResumeGeneration: h.Generation, KernelStateLost: h.KernelStateLost})
+		ResumeGeneration: h.Generation, KernelStateLost: h.KernelStateLost, Paused: h.Paused})
 }
 
 func (s *API) handleTraffic(w http.ResponseWriter, r *http.Request) {

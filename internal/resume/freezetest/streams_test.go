@@ -51,12 +51,14 @@ func dialCounted(t testing.TB, a *agent) (*client.Client, reconnects) {
 	return a.dial(t, client.Options{OnReconnect: func(gen uint64) { rc <- gen }}), rc
 }
 
-// pauseAndResume freezes the agent's tree for pauseFor, thaws it and
-// tells the agent as a host would. It returns the resume's answer once c
+// pauseAndResume pauses as a host does (/v1/pause, then the agent's
+// tree frozen for pauseFor), thaws it and tells the agent. It returns the resume's answer once c
 // is connected again: a call c makes before it noticed the cut would go
 // to the closing connection.
 func pauseAndResume(t testing.TB, a *agent, c *client.Client, rc reconnects, id string, during func()) client.Health {
 	t.Helper()
+	// The host quiesces the sandbox first, as before every snapshot.
+	hostPause(t, a, client.PauseOptions{})
 	a.pause(t)
 	if during != nil {
 		during()
