@@ -229,6 +229,8 @@ func (r *rig) resumeCycle(t, owner *testing.T) cycleResult {
 		before[p.name] = p.seq.count()
 	}
 
+	// The host quiesces the sandbox first, as before every snapshot.
+	quiesce(t, ctx, r.cur, r.tv.token, client.PauseOptions{})
 	snapDir := t.TempDir()
 	stopped := snapshot(t, r.cur, snapDir)
 	r.route.Down()

@@ -93,6 +93,10 @@ func qemuArgs(m machine, in instance) []string {
 		// of the agent's sources for the CRNG re-key on resume.
 		"-object", "rng-random,id=rng0,filename=/dev/urandom",
 		"-device", "virtio-rng-pci,rng=rng0",
+		// Memory the guest frees (a pause's shrink drops its page cache)
+		// is reported to QEMU, which discards it: it is then left out of
+		// a snapshot as zero pages.
+		"-device", "virtio-balloon-pci,free-page-reporting=on",
 	)
 	if !m.NoVMGenID {
 		args = append(args, "-device", "vmgenid,id=vmgenid0,guid="+in.GUID)

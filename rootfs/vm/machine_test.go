@@ -52,6 +52,9 @@ func TestQEMUArgs(t *testing.T) {
 	if got := argAfter(args, "-device", "vmgenid"); !strings.Contains(got, "guid="+in.GUID) {
 		t.Errorf("vmgenid device %q", got)
 	}
+	if got := argAfter(args, "-device", "virtio-balloon"); got != "virtio-balloon-pci,free-page-reporting=on" {
+		t.Errorf("balloon device %q: freed guest memory must be reported, to leave it out of snapshots", got)
+	}
 	if got := argAfter(args, "-accel", ""); got != "tcg,thread=multi" || argAfter(args, "-cpu", "") != "max" {
 		t.Errorf("accel %q", got)
 	}

@@ -21,9 +21,11 @@ import (
 // has one QMP connection and the runner holds it, so the commands go to
 // the runner, one line each, and the answer is one line.
 //
-//	pause             stop the guest's vCPUs (it keeps its memory)
+//	pause             quiesce the sandbox (POST /v1/pause), then stop the
+//	                  guest's vCPUs (it keeps its memory)
 //	resume            continue it, then tell the agent (POST /v1/resume)
-//	snapshot [DIR]    save memory, devices and disk to DIR; the guest stays paused
+//	snapshot [DIR]    quiesce the sandbox, dropping its page cache, then save
+//	                  memory, devices and disk to DIR; the guest stays paused
 //	restore [DIR]     replace the VM with a new one from DIR, on the same
 //	                  port, and tell the agent; any number of times
 //	status            the agent's URL, whether the guest runs, its generation
@@ -101,11 +103,12 @@ func (c *controller) run(ctx context.Context, args []string) (string, error) {
 	}
 	switch args[0] {
 	case "pause":
+		q := c.quiesce(ctx, "none")
 		if err := c.v.Pause(ctx); err != nil {
 			return "", err
 		}
 		c.paused = true
-		return "paused: the guest's vCPUs are stopped; resume continues it", nil
+		return "paused (" + q + "): the guest's vCPUs are stopped; resume continues it", nil
 	case "resume":
 		if err := c.v.Resume(ctx); err != nil {
 			return "", err
@@ -118,12 +121,18 @@ func (c *controller) run(ctx context.Context, args []string) (string, error) {
 		return fmt.Sprintf("resumed: generation %d, kernel_state_lost %v", h.ResumeGeneration, h.KernelStateLost), nil
 	case "snapshot":
 		started := time.Now()
+		q := "already paused"
+		if !c.paused {
+			q = c.quiesce(ctx, "cache")
+			// The guest hands freed memory to QEMU 2 s after freeing it.
+			time.Sleep(reportDelay)
+		}
 		if err := c.v.Snapshot(ctx, dir); err != nil {
 			return "", err
 		}
 		c.paused = true
-		return fmt.Sprintf("snapshot in %s (%s); the guest is paused: resume continues it, restore brings the snapshot back",
-			dir, time.Since(started).Round(time.Millisecond)), nil
+		return fmt.Sprintf("snapshot in %s (%s; %s); the guest is paused: resume continues it, restore brings the snapshot back",
+			dir, time.Since(started).Round(time.Millisecond), q), nil
 	case "restore":
 		if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
 			return "", fmt.Errorf("no snapshot in %s (snapshot first): %w", dir, err)
@@ -169,6 +178,23 @@ func (c *controller) run(ctx context.Context, args []string) (string, error) {
 }
 
 func (c *controller) host() client.Host { return client.Host{URL: c.v.AgentURL(), Token: c.token} }
+
+// reportDelay is how long the runner waits after a pause that dropped the
+// page cache before it saves memory: Linux reports freed pages to the
+// balloon device (and QEMU drops them from the snapshot) 2 s after they
+// were freed.
+const reportDelay = 2500 * time.Millisecond
+
+// quiesce asks the agent to get the sandbox ready for a pause, as a host
+// does first, and says in a few words what it did. An agent that cannot
+// (an older one) does not stop the pause.
+func (c *controller) quiesce(ctx context.Context, shrink string) string {
+	a, err := c.host().Pause(ctx, client.PauseOptions{Shrink: shrink})
+	if err != nil {
+		return "the agent did not quiesce: " + err.Error()
+	}
+	return fmt.Sprintf("the agent quiesced in %.0f ms, MemAvailable %d MiB to %d MiB", a.DurationMs, a.MemAvailableBefore>>20, a.MemAvailableAfter>>20)
+}
 
 // reportResume tells the agent the guest was resumed, as a host does:
 // a resume id, the wall clock, fresh entropy.

@@ -78,6 +78,11 @@ func demo(cfg vm.Config, wait time.Duration) error {
 	}
 	defer os.RemoveAll(dir)
 	started := time.Now()
+	// As a host does: the agent quiesces the sandbox first.
+	if _, err := (client.Host{URL: v.AgentURL(), Token: token}).Pause(ctx, client.PauseOptions{Shrink: "cache"}); err != nil {
+		return err
+	}
+	time.Sleep(reportDelay)
 	if err := v.Snapshot(ctx, dir); err != nil {
 		return err
 	}
