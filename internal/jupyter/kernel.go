@@ -180,6 +180,10 @@ func (k *Kernel) onIOPub(m *message) {
 		}
 		k.mu.Lock()
 		k.activity = time.Now()
+		// A kernel that speaks is alive: one slow to answer a resume's
+		// check is no longer slow, whether its follow-up probe has had
+		// its answer yet or not (a cell's reply can come first).
+		k.slow = false
 		switch body.ExecutionState {
 		case "idle":
 			k.exec = StateIdle
