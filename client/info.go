@@ -93,6 +93,33 @@ type LastResume struct {
 	// PausedMs: how long the host's pause before this resume lasted, from
 	// its /v1/pause to the thaw; nil when none came before.
 	PausedMs *int64 `json:"paused_ms"`
+	// Hooks are the post-clone and post-resume hooks' results.
+	Hooks []HookResult `json:"hooks"`
+	// ConnectionsReset are the TCP connections to other machines the
+	// resume reset (a clone, or a pause longer than the agent's
+	// --stale-connection-seconds); ResetError says what failed.
+	ConnectionsReset []Conn `json:"connections_reset"`
+	ResetError       string `json:"reset_error"`
+}
+
+// HookResult is what one lifecycle hook did.
+type HookResult struct {
+	Hook       string  `json:"hook"`
+	Event      string  `json:"event"` // pre-pause, post-resume, post-clone
+	ExitCode   *int    `json:"exit_code"`
+	Signal     string  `json:"signal"`
+	DurationMs float64 `json:"duration_ms"`
+	TimedOut   bool    `json:"timed_out"`
+	// Refused says why it did not run (writable by others, not
+	// executable, ...).
+	Refused    string `json:"refused"`
+	StderrTail string `json:"stderr_tail"`
+}
+
+// Conn is a TCP connection, as the agent reports it.
+type Conn struct {
+	Local  string `json:"local"`
+	Remote string `json:"remote"`
 }
 
 // KernelNotReseeded is a kernel a resume could not reseed, and why.

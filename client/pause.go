@@ -33,6 +33,8 @@ type PauseAnswer struct {
 	DeadlinePassed     bool        `json:"deadline_passed"`
 	ThawAfterMs        int64       `json:"thaw_after_ms"`
 	AtUnixMs           int64       `json:"at_unix_ms"`
+	// Hooks are the pre-pause hooks' results.
+	Hooks []HookResult `json:"hooks"`
 }
 
 // Step finds a step by name ("notify", "freeze", "sync", "fsfreeze",

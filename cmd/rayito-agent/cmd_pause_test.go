@@ -26,7 +26,7 @@ func TestPauseCommand(t *testing.T) {
 		return code, m, errb.String()
 	}
 	code, a, errs := pause("--shrink", "cache", "--deadline", "20s")
-	if code != 0 || a["state"] != "paused" || a["shrink"] != "cache" || len(a["steps"].([]any)) != 4 {
+	if code != 0 || a["state"] != "paused" || a["shrink"] != "cache" || len(a["steps"].([]any)) != 5 {
 		t.Fatalf("pause: exit %d, %v, %s", code, a, errs)
 	}
 	if code, a, errs = pause("--abort"); code != 0 || a["state"] != "running" || a["generation"] != float64(0) {

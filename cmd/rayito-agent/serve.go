@@ -82,6 +82,8 @@ type config struct {
 	userLimits   proc.CgroupLimits
 	// memoryGuard is --user-memory-guard (proc.MemoryGuard).
 	memoryGuard proc.MemoryGuard
+	// lifecycle: hooks, the lifecycle file, stale connections.
+	lifecycle lifecycleConfig
 }
 
 // addrList is a flag given once per address; the first use replaces the
@@ -181,7 +183,11 @@ func parseServe(args []string) (config, error) {
 	fs.StringVar(&guardFlag, "user-memory-guard", guardFlag, "kill the user process with the highest oom_score once user work has been fully stalled on memory (thrashing at its limit, which the kernel's OOM killer leaves alone) for SHARE of SPAN, such as 40%/30s; off: never (env RAYITO_USER_MEMORY_GUARD)")
 	originsFlag := envOr("RAYITO_ALLOWED_ORIGINS", "*")
 	fs.StringVar(&originsFlag, "allowed-origins", originsFlag, "web pages that may call the agent from a browser (CORS and websocket origins): * for any, as envd, or a comma list such as https://ide.example.com; every call still needs the token (env RAYITO_ALLOWED_ORIGINS)")
+	c.lifecycle.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := c.lifecycle.check(); err != nil {
 		return c, err
 	}
 	if c.adminGroup == "none" {
@@ -527,9 +533,11 @@ func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
 	m.resumer, err = resume.New(resume.Options{
 		StateDir: cfg.stateDir, Sessions: m.cuts, SetClock: m.setClock, Kernels: kernelHealth{m.kernels},
 		OnResume: m.counter.Resumed, KernelCheck: cfg.kernelCheck, Logger: log.Named("resume"),
-		Reseed: cfg.reseed, KernelReseed: kernelHealth{m.kernels}, OnNewSandbox: m.newSandbox(log.Named("resume")),
+		Reseed: cfg.reseed, KernelReseed: kernelHealth{m.kernels}, OnNewSandbox: m.newSandbox(log.Named("resume"), wholeVM),
 		Clients: nativeClients{m}, UserWork: m.userWork(), UserWorkOff: m.cgroups.Off,
 		WholeVM: wholeVM, WholeVMWhy: wholeVMWhy, Detect: m.detectNow,
+		Hooks: cfg.lifecycle.hooks(m.reaper), LifecycleFile: cfg.lifecycle.lifecycleFilePath(),
+		ResetTCP: resetTCP(wholeVM), StaleAfter: cfg.lifecycle.staleAfter,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
@@ -554,8 +562,9 @@ func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
 // sandbox than the last: a new instance id, the template's ended streams,
 // retained output and leases gone; running processes, terminals, watches
 // and kernels stay (they are part of the template).
-func (m *managers) newSandbox(log *zap.Logger) func(string) {
+func (m *managers) newSandbox(log *zap.Logger, wholeVM bool) func(string) {
 	return func(id string) {
+		renewMachineID(wholeVM, log)
 		old, current := m.streams.Renew()
 		leases := m.counter.Holds().DropLeases()
 		log.Info("new identity for a new sandbox", zap.String("instance", current), zap.String("previous_instance", old), zap.Int("leases_dropped", leases))

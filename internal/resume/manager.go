@@ -95,6 +95,16 @@ type Options struct {
 	// Detect runs the guest's restore detectors once, before a pause
 	// thaws by itself; true if one saw a restore and reported it.
 	Detect func() bool
+	// Hooks are the sandbox's lifecycle hooks (hooks.go); nil runs none.
+	Hooks *Hooks
+	// LifecycleFile is the lifecycle feed (lifecycle.go); "" writes none.
+	LifecycleFile string
+	// ResetTCP resets the TCP connections user programs hold to other
+	// machines (netreset.go: ResetStaleTCP); nil never does. It runs on
+	// every clone, and on a resume after a pause longer than StaleAfter
+	// (0: only clones), while user work is still frozen.
+	ResetTCP   func() ([]Conn, error)
+	StaleAfter time.Duration
 }
 
 // Report is one detector saying the VM was resumed.
@@ -129,8 +139,9 @@ type Manager struct {
 	answerOrder []string
 
 	pmu       sync.Mutex
-	pause     *pause    // the pause in place; guarded by pmu
-	lastPause *PauseEnd // guarded by mu
+	pause     *pause     // the pause in place; guarded by pmu
+	lastPause *PauseEnd  // guarded by mu
+	lifeMu    sync.Mutex // one lifecycle file write at a time
 }
 
 // New loads the persisted state. On a cold boot over existing state it
@@ -153,6 +164,7 @@ func New(o Options) (*Manager, error) {
 		m.log.Warn("resumes will not re-key the kernel CRNG", zap.Error(err))
 	}
 	if o.StateDir == "" {
+		m.writeLifecycle()
 		return m, nil
 	}
 	p, found, err := loadState(o.StateDir)
@@ -182,6 +194,7 @@ func New(o Options) (*Manager, error) {
 		return nil, err
 	}
 	m.saved = m.gen
+	m.writeLifecycle()
 	return m, nil
 }
 
@@ -240,6 +253,7 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 			if m.o.Clients != nil {
 				m.o.Clients.Resumed(m.Generation(), false)
 			}
+			m.writeLifecycle()
 		}
 		m.log.Debug("resume already handled", zap.String("source", string(r.Source)))
 		if r.TimeUnixNs > 0 {
@@ -260,10 +274,16 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 			}
 		}
 		if m.adopt(r.SandboxID) {
+			// The guest noticed this clone's restore before the host
+			// named it: its connections are reset now, late.
+			var reset LastResume
+			m.resetStale(&reset)
 			m.mu.Lock()
 			if m.last != nil {
 				upd := *m.last
 				upd.NewSandbox = true
+				upd.ConnectionsReset = append(upd.ConnectionsReset, reset.ConnectionsReset...)
+				upd.ResetError = reset.ResetError
 				m.last = &upd
 			}
 			m.mu.Unlock()
@@ -278,12 +298,20 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	// kernels' reseed) may draw from the CRNG the clones still share.
 	last := &LastResume{Source: r.Source, ResumeID: r.ResumeID, AtUnixMs: start.UnixMilli()}
 	m.rekey(r.Entropy, last)
+	var paused int64
+	if p != nil {
+		paused = p.pausedMs()
+		last.PausedMs = &paused
+	}
+	clone := r.SandboxID != "" && r.SandboxID != m.sandboxID()
+	if clone || (p != nil && m.o.StaleAfter > 0 && time.Duration(paused)*time.Millisecond > m.o.StaleAfter) {
+		// Before the thaw: the owners' first step after it fails at once.
+		m.resetStale(last)
+	}
 	if p != nil {
 		// Only now, with the new clock and CRNG, does user work run
 		// again: kernels with it, just before their check and reseed.
 		m.thaw(p, "resume")
-		paused := time.Since(p.started).Milliseconds()
-		last.PausedMs = &paused
 	}
 	// A kernel counts as lost if it stopped answering or died since the
 	// last resume: either way its variables are gone. One already reported
@@ -314,6 +342,18 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	// the new generation must not bring the agent back with the old one.
 	// Only Resume changes gen, and it runs one at a time.
 	gen := m.Generation() + 1
+	if m.o.Hooks != nil {
+		// After the thaw, before the generation is published (health
+		// says ready): a clone's hooks first, then every resume's.
+		env := HookEnv{Generation: gen, SandboxID: m.sandboxID(), Clone: last.NewSandbox}
+		if last.PausedMs != nil {
+			env.PausedMs = *last.PausedMs
+		}
+		if last.NewSandbox {
+			last.Hooks = append(last.Hooks, m.o.Hooks.Run(ctx, HookPostClone, env)...)
+		}
+		last.Hooks = append(last.Hooks, m.o.Hooks.Run(ctx, HookPostResume, env)...)
+	}
 	if err := m.persistGeneration(gen); err != nil {
 		m.log.Error("saving the new generation failed: after a crash the agent would report an older one", zap.Uint64("generation", gen), zap.Error(err))
 	}
@@ -345,6 +385,7 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	// restore that waited behind a slow kernel check still belong to it.
 	m.lastAt = time.Now()
 	m.mu.Unlock()
+	m.writeLifecycle()
 	m.log.Info("resumed", zap.Uint64("generation", gen), zap.String("source", string(r.Source)),
 		zap.Bool("kernel_state_lost", lost), zap.Bool("reseeded", last.Reseeded), zap.Strings("entropy_sources", last.EntropySources),
 		zap.Int("kernels_reseeded", len(last.KernelsReseeded)), zap.Int("kernels_not_reseeded", len(last.KernelsNotReseeded)),
@@ -486,4 +527,21 @@ func (m *Manager) liveKernels() []string {
 func SetRealtime(t time.Time) error {
 	ts := unix.NsecToTimespec(t.UnixNano())
 	return unix.ClockSettime(unix.CLOCK_REALTIME, &ts)
+}
+
+// resetStale resets stale TCP connections (Options.ResetTCP) and records
+// what it did in last.
+func (m *Manager) resetStale(last *LastResume) {
+	if m.o.ResetTCP == nil {
+		return
+	}
+	conns, err := m.o.ResetTCP()
+	last.ConnectionsReset = append(last.ConnectionsReset, conns...)
+	if err != nil {
+		last.ResetError = err.Error()
+		m.log.Warn("resetting stale TCP connections", zap.Error(err))
+	}
+	if len(conns) > 0 {
+		m.log.Info("stale TCP connections reset", zap.Int("connections", len(conns)))
+	}
 }

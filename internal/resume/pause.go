@@ -91,6 +91,7 @@ type Step struct {
 // Names of the steps.
 const (
 	stepNotify   = "notify"
+	stepHooks    = "hooks"
 	stepFreeze   = "freeze"
 	stepSync     = "sync"
 	stepFSFreeze = "fsfreeze"
@@ -112,6 +113,8 @@ type PauseAnswer struct {
 	DeadlinePassed     bool      `json:"deadline_passed"`
 	ThawAfterMs        int64     `json:"thaw_after_ms"`
 	AtUnixMs           int64     `json:"at_unix_ms"`
+	// Hooks are the pre-pause hooks' results (hooks.go).
+	Hooks []HookResult `json:"hooks,omitempty"`
 }
 
 // PauseEnd is how the last pause ended, for health.
@@ -148,6 +151,7 @@ type pause struct {
 	req     PauseRequest
 	started time.Time
 	ctx     context.Context // cancelled by a resume or abort: stop quiescing
+	base    context.Context // the same without the deadline: the hooks'
 	cancel  func()
 	release context.CancelFunc // frees the deadline's timer
 	done    chan struct{}      // closed when the quiesce is over
@@ -159,11 +163,19 @@ type pause struct {
 	timer  *time.Timer
 }
 
+// pausedMs is how long the pause has lasted by the wall clock, which
+// counts the time the VM was frozen once the resume set the clock (the
+// monotonic clock never does).
+func (p *pause) pausedMs() int64 {
+	return time.Now().Round(0).Sub(p.started.Round(0)).Milliseconds()
+}
+
 func (p *pause) snapshot() PauseAnswer {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	a := p.answer
 	a.Steps = append([]Step(nil), a.Steps...)
+	a.Hooks = append([]HookResult(nil), a.Hooks...)
 	return a
 }
 
@@ -221,7 +233,7 @@ func (m *Manager) Pause(ctx context.Context, req PauseRequest) (PauseAnswer, err
 	if p == nil {
 		base, cancelCause := context.WithCancelCause(context.Background())
 		pctx, release := context.WithDeadline(base, time.Now().Add(req.Deadline))
-		p = &pause{req: req, started: time.Now(), ctx: pctx, release: release, done: make(chan struct{}),
+		p = &pause{req: req, started: time.Now(), ctx: pctx, base: base, release: release, done: make(chan struct{}),
 			cancel: func() { cancelCause(errResumeFirst); release() }}
 		p.answer = PauseAnswer{State: "pausing", Mode: req.Mode, Shrink: req.Shrink, ThawAfterMs: req.ThawAfter.Milliseconds(), AtUnixMs: p.started.UnixMilli()}
 		m.pause = p
@@ -267,6 +279,17 @@ func (m *Manager) quiesce(p *pause) {
 		n := m.o.Clients.Suspending(p.ctx, gen)
 		return fmt.Sprintf("%d connections told", n), false, nil
 	})
+	if m.o.Hooks != nil {
+		// Before the freeze, while the programs they talk to still run;
+		// bounded by their own timeout, not the pause's deadline.
+		p.step(stepHooks, func() (string, bool, error) {
+			rs := m.o.Hooks.Run(p.base, HookPrePause, HookEnv{Generation: gen, SandboxID: m.sandboxID()})
+			p.mu.Lock()
+			p.answer.Hooks = rs
+			p.mu.Unlock()
+			return hooksDetail(rs), false, nil
+		})
+	}
 	p.step(stepFreeze, func() (string, bool, error) {
 		if m.o.UserWork == nil {
 			return "user work is not isolated: " + m.o.UserWorkOff, true, nil
@@ -317,6 +340,7 @@ func (m *Manager) quiesce(p *pause) {
 		p.timer = time.AfterFunc(p.req.ThawAfter, func() { m.autoThaw(p) })
 	}
 	m.pmu.Unlock()
+	m.writeLifecycle()
 	m.log.Info("paused", zap.Uint64("generation", gen), zap.String("mode", string(p.req.Mode)), zap.String("shrink", string(p.req.Shrink)),
 		zap.Any("steps", a.Steps), zap.Int64("mem_available_before", a.MemAvailableBefore), zap.Int64("mem_available_after", a.MemAvailableAfter))
 }
@@ -367,7 +391,7 @@ func (m *Manager) thaw(p *pause, ended string) []Step {
 		steps = append(steps, s)
 	}
 	end := &PauseEnd{AtUnixMs: p.started.UnixMilli(), Mode: p.req.Mode, Shrink: p.req.Shrink, Ended: ended,
-		PausedMs: time.Since(p.started).Milliseconds(), Thaw: steps}
+		PausedMs: p.pausedMs(), Thaw: steps}
 	m.mu.Lock()
 	m.lastPause = end
 	m.mu.Unlock()
@@ -400,7 +424,8 @@ func (m *Manager) abort(p *pause, ended string) AbortAnswer {
 		m.o.Clients.Resumed(gen, true)
 	}
 	m.log.Info("pause called off", zap.String("by", ended), zap.Uint64("generation", gen), zap.Any("thaw", steps))
-	return AbortAnswer{State: "running", Generation: gen, PausedMs: time.Since(p.started).Milliseconds(), Thaw: steps}
+	m.writeLifecycle()
+	return AbortAnswer{State: "running", Generation: gen, PausedMs: p.pausedMs(), Thaw: steps}
 }
 
 // autoThaw ends a pause that no resume followed within its ThawAfter.

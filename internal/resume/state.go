@@ -56,6 +56,13 @@ type LastResume struct {
 	// /v1/pause to this resume's thaw (guest time: the time the VM was
 	// frozen is in it only once the clock was set); absent without one.
 	PausedMs *int64 `json:"paused_ms,omitempty"`
+	// Hooks are the post-clone and post-resume hooks' results.
+	Hooks []HookResult `json:"hooks,omitempty"`
+	// ConnectionsReset are the TCP connections to other machines the
+	// resume reset (a clone, or a long pause: netreset.go); ResetError
+	// says what failed.
+	ConnectionsReset []Conn `json:"connections_reset,omitempty"`
+	ResetError       string `json:"reset_error,omitempty"`
 }
 
 // withLists returns l with empty lists where it has none, so that

@@ -53,8 +53,8 @@ func TestPauseSteps(t *testing.T) {
 			t.Errorf("step %s: %+v", s.Step, s)
 		}
 	}
-	if got := strings.Join(names, ","); got != "notify,freeze,sync,fsfreeze,shrink" {
-		t.Errorf("steps %s, want notify,freeze,sync,fsfreeze,shrink in that order", got)
+	if got := strings.Join(names, ","); got != "notify,hooks,freeze,sync,fsfreeze,shrink" {
+		t.Errorf("steps %s, want notify,hooks,freeze,sync,fsfreeze,shrink in that order", got)
 	}
 	if s, _ := ans.Step("notify"); s.Status != "done" || s.Detail != "1 connections told" {
 		t.Errorf("notify: %+v, want the one client told", s)

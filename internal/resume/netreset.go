@@ -1,0 +1,207 @@
+package resume
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Stale connections. After a long pause, or in a clone, a TCP connection a
+// user program opened before the snapshot is dead: its peer forgot it (or,
+// in a clone, several copies of the sandbox now hold it, with the same TLS
+// keys). The agent resets each one as `ss -K` does, with the kernel's
+// SOCK_DESTROY over the sock_diag netlink family (CONFIG_INET_DIAG_DESTROY,
+// which Debian's kernel has), so its owner's next read or write fails at
+// once instead of hanging. Connections whose peer is this machine
+// (loopback, or one of its own addresses) are never touched, nor the
+// agent's own.
+
+// Sizes of the sock_diag structures (linux/inet_diag.h).
+const (
+	nlmsgHdrLen     = 16
+	inetDiagIDLen   = 48
+	inetDiagReqLen  = 8 + inetDiagIDLen
+	inetDiagMsgLen  = 4 + inetDiagIDLen + 20
+	nlmsgErrorLen   = 4
+	tcpEstablished  = 1
+	tcpListen       = 10
+	tcpTimeWait     = 6
+	tcpClose        = 7
+	staleTCPStates  = 0xfff &^ (1<<tcpListen | 1<<tcpTimeWait | 1<<tcpClose | 1)
+	netlinkRecvSize = 1 << 16
+)
+
+// Conn is a TCP connection the reset found, as last_resume reports it.
+type Conn struct {
+	Local  string `json:"local"`
+	Remote string `json:"remote"`
+}
+
+// tcpSock is one socket of the dump: its id (what SOCK_DESTROY names) and
+// inode (whose process holds it).
+type tcpSock struct {
+	family uint8
+	id     [inetDiagIDLen]byte
+	inode  uint32
+	local  netip.AddrPort
+	remote netip.AddrPort
+}
+
+// ResetStaleTCP destroys every TCP connection to a peer outside this
+// machine except those whose socket inode skip names (the agent's own),
+// and returns the ones it reset.
+func ResetStaleTCP(skip map[uint32]bool) ([]Conn, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return nil, fmt.Errorf("sock_diag netlink: %w", err)
+	}
+	defer unix.Close(fd)
+	var socks []tcpSock
+	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		s, err := dumpTCP(fd, family)
+		if err != nil {
+			return nil, err
+		}
+		socks = append(socks, s...)
+	}
+	var reset []Conn
+	var errs []error
+	for _, s := range socks {
+		if skip[s.inode] || s.remote.Addr().IsLoopback() || s.remote.Addr().Unmap().IsLoopback() || s.remote.Addr() == s.local.Addr() {
+			continue
+		}
+		if err := destroyTCP(fd, s); err != nil {
+			errs = append(errs, fmt.Errorf("resetting %s to %s: %w", s.local, s.remote, err))
+			continue
+		}
+		reset = append(reset, Conn{Local: s.local.String(), Remote: s.remote.String()})
+	}
+	return reset, errors.Join(errs...)
+}
+
+// diagRequest is an inet_diag_req_v2 for TCP in family, of states, naming
+// socket id (zero for a dump).
+func diagRequest(typ uint16, flags uint16, family uint8, states uint32, id []byte) []byte {
+	b := make([]byte, nlmsgHdrLen+inetDiagReqLen)
+	binary.NativeEndian.PutUint32(b[0:], uint32(len(b)))
+	binary.NativeEndian.PutUint16(b[4:], typ)
+	binary.NativeEndian.PutUint16(b[6:], flags)
+	binary.NativeEndian.PutUint32(b[8:], 1) // seq
+	r := b[nlmsgHdrLen:]
+	r[0], r[1] = family, unix.IPPROTO_TCP
+	binary.NativeEndian.PutUint32(r[4:], states)
+	copy(r[8:], id)
+	return b
+}
+
+// dumpTCP lists the TCP sockets of family in the states a reset touches.
+func dumpTCP(fd int, family uint8) ([]tcpSock, error) {
+	req := diagRequest(unix.SOCK_DIAG_BY_FAMILY, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, family, staleTCPStates, nil)
+	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, fmt.Errorf("sock_diag dump: %w", err)
+	}
+	var out []tcpSock
+	buf := make([]byte, netlinkRecvSize)
+	for {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			return nil, fmt.Errorf("sock_diag dump: %w", err)
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			return nil, fmt.Errorf("sock_diag dump: %w", err)
+		}
+		for _, m := range msgs {
+			switch m.Header.Type {
+			case unix.NLMSG_DONE:
+				return out, nil
+			case unix.NLMSG_ERROR:
+				return nil, fmt.Errorf("sock_diag dump: %w", netlinkError(m.Data))
+			}
+			if len(m.Data) < inetDiagMsgLen {
+				continue
+			}
+			out = append(out, parseDiagMsg(m.Data))
+		}
+	}
+}
+
+func parseDiagMsg(d []byte) tcpSock {
+	s := tcpSock{family: d[0]}
+	copy(s.id[:], d[4:4+inetDiagIDLen])
+	s.inode = binary.NativeEndian.Uint32(d[4+inetDiagIDLen+16:])
+	id := s.id[:]
+	sport, dport := binary.BigEndian.Uint16(id[0:]), binary.BigEndian.Uint16(id[2:])
+	var src, dst netip.Addr
+	if s.family == unix.AF_INET {
+		src, dst = netip.AddrFrom4([4]byte(id[4:8])), netip.AddrFrom4([4]byte(id[20:24]))
+	} else {
+		src, dst = netip.AddrFrom16([16]byte(id[4:20])), netip.AddrFrom16([16]byte(id[20:36]))
+	}
+	s.local, s.remote = netip.AddrPortFrom(src, sport), netip.AddrPortFrom(dst, dport)
+	return s
+}
+
+// destroyTCP asks the kernel to reset one socket (SOCK_DESTROY).
+func destroyTCP(fd int, s tcpSock) error {
+	req := diagRequest(unix.SOCK_DESTROY, unix.NLM_F_REQUEST|unix.NLM_F_ACK, s.family, 0xffffffff, s.id[:])
+	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return err
+	}
+	buf := make([]byte, 4096)
+	n, _, err := unix.Recvfrom(fd, buf, 0)
+	if err != nil {
+		return err
+	}
+	msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if m.Header.Type == unix.NLMSG_ERROR {
+			return netlinkError(m.Data)
+		}
+	}
+	return nil
+}
+
+// netlinkError reads an NLMSG_ERROR's code (0: an acknowledgement).
+func netlinkError(d []byte) error {
+	if len(d) < nlmsgErrorLen {
+		return errors.New("short netlink error")
+	}
+	if code := int32(binary.NativeEndian.Uint32(d)); code != 0 {
+		return unix.Errno(-code)
+	}
+	return nil
+}
+
+// OwnSocketInodes are the inodes of the sockets this process holds.
+func OwnSocketInodes() map[uint32]bool {
+	m := map[uint32]bool{}
+	dir := "/proc/self/fd"
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return m
+	}
+	for _, e := range entries {
+		link, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(link, "socket:["); ok {
+			if n, err := strconv.ParseUint(strings.TrimSuffix(rest, "]"), 10, 32); err == nil {
+				m[uint32(n)] = true
+			}
+		}
+	}
+	return m
+}
