@@ -24,6 +24,18 @@ type ResumeOptions struct {
 	// most 128 bytes): another id than the last gives the agent a new
 	// identity (protocol section 7).
 	SandboxID string
+	// Network, if set, is what the guest's network is now (a clone on
+	// another host): the agent applies it before user work thaws.
+	Network *NetworkFacts
+}
+
+// NetworkFacts is the host's word on the guest's network at a resume;
+// empty fields stay as they are.
+type NetworkFacts struct {
+	Interface string   `json:"interface,omitempty"` // "": the one the guest talks through
+	Address   string   `json:"address,omitempty"`   // IPv4 with its prefix, such as 10.0.2.15/24
+	Gateway   string   `json:"gateway,omitempty"`   // IPv4
+	DNS       []string `json:"dns,omitempty"`       // at most 3
 }
 
 // InitOptions is the body of POST /v1/init; zero fields are left out.
@@ -56,11 +68,12 @@ type Host struct {
 // handles on its own).
 func (h Host) Resume(ctx context.Context, o ResumeOptions) (Health, error) {
 	body := struct {
-		ResumeID   string `json:"resume_id,omitempty"`
-		TimeUnixNs int64  `json:"time_unix_ns,omitempty"`
-		Entropy    []byte `json:"entropy,omitempty"` // base64, as encoding/json writes []byte
-		SandboxID  string `json:"sandbox_id,omitempty"`
-	}{o.ResumeID, o.TimeUnixNs, o.Entropy, o.SandboxID}
+		ResumeID   string        `json:"resume_id,omitempty"`
+		TimeUnixNs int64         `json:"time_unix_ns,omitempty"`
+		Entropy    []byte        `json:"entropy,omitempty"` // base64, as encoding/json writes []byte
+		SandboxID  string        `json:"sandbox_id,omitempty"`
+		Network    *NetworkFacts `json:"network,omitempty"`
+	}{o.ResumeID, o.TimeUnixNs, o.Entropy, o.SandboxID, o.Network}
 	var out Health
 	return out, h.post(ctx, "/v1/resume", body, &out)
 }

@@ -100,6 +100,17 @@ type LastResume struct {
 	// --stale-connection-seconds); ResetError says what failed.
 	ConnectionsReset []Conn `json:"connections_reset"`
 	ResetError       string `json:"reset_error"`
+	// Network is what the network repair did, in a sandbox VM.
+	Network *NetworkRepair `json:"network"`
+}
+
+// NetworkRepair is what a resume did to the guest's network.
+type NetworkRepair struct {
+	Interface         string   `json:"interface"`
+	NeighboursFlushed int      `json:"neighbours_flushed"`
+	Announced         []string `json:"announced"`
+	Changed           []string `json:"changed"`
+	Error             string   `json:"error"`
 }
 
 // HookResult is what one lifecycle hook did.

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rayito/rayito-agent/internal/netconf"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/resume"
 )
@@ -106,4 +107,13 @@ func renewMachineID(wholeVM bool, log *zap.Logger) {
 		return
 	}
 	log.Info("a new machine id for the new sandbox", zap.String("machine_id", id))
+}
+
+// repairNetwork is the network repair after a resume, in a sandbox VM
+// only: on a shared machine it would announce and flush its network.
+func repairNetwork(wholeVM bool) func(netconf.Facts) netconf.Report {
+	if !wholeVM {
+		return nil
+	}
+	return netconf.Repair
 }

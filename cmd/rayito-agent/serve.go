@@ -537,7 +537,7 @@ func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
 		Clients: nativeClients{m}, UserWork: m.userWork(), UserWorkOff: m.cgroups.Off,
 		WholeVM: wholeVM, WholeVMWhy: wholeVMWhy, Detect: m.detectNow,
 		Hooks: cfg.lifecycle.hooks(m.reaper), LifecycleFile: cfg.lifecycle.lifecycleFilePath(),
-		ResetTCP: resetTCP(wholeVM), StaleAfter: cfg.lifecycle.staleAfter,
+		ResetTCP: resetTCP(wholeVM), StaleAfter: cfg.lifecycle.staleAfter, RepairNetwork: repairNetwork(wholeVM),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rayito/rayito-agent/internal/netconf"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/surface"
@@ -98,10 +99,25 @@ func (s *API) handleResume(w http.ResponseWriter, r *http.Request) {
 		TimeUnixNs *int64  `json:"time_unix_ns"`
 		Entropy    *string `json:"entropy"`
 		SandboxID  string  `json:"sandbox_id"`
+		Network    *struct {
+			Interface string   `json:"interface"`
+			Address   string   `json:"address"`
+			Gateway   string   `json:"gateway"`
+			DNS       []string `json:"dns"`
+		} `json:"network"`
 	}
 	if e := decodeBody(w, r, &body); e != nil {
 		surface.WriteError(w, http.StatusBadRequest, e)
 		return
+	}
+	var facts netconf.Facts
+	if n := body.Network; n != nil {
+		// Checked whole before anything runs: a bad field applies nothing.
+		var err error
+		if facts, err = netconf.ParseFacts(n.Interface, n.Address, n.Gateway, n.DNS); err != nil {
+			surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "%v", err))
+			return
+		}
 	}
 	if len(body.ResumeID) > 256 {
 		surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "resume_id longer than 256 bytes"))
@@ -113,7 +129,7 @@ func (s *API) handleResume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer clear(entropy)
-	rep := resume.Report{Source: resume.SourceHost, ResumeID: body.ResumeID, Entropy: entropy, SandboxID: body.SandboxID}
+	rep := resume.Report{Source: resume.SourceHost, ResumeID: body.ResumeID, Entropy: entropy, SandboxID: body.SandboxID, Network: facts}
 	if body.TimeUnixNs != nil {
 		if *body.TimeUnixNs <= 0 {
 			surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "time_unix_ns must be positive"))

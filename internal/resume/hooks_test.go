@@ -176,3 +176,26 @@ func TestLifecycleFile(t *testing.T) {
 		t.Fatalf("after the resume: %+v", l)
 	}
 }
+
+// TestCloneHooksRunOnceWhicheverReportNamesIt: the post-clone hooks run
+// at the resume that names a new sandbox, also when the guest noticed the
+// restore first and the host's report (with the sandbox id) comes after.
+func TestCloneHooksRunOnceWhicheverReportNamesIt(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	dir := hookTree(t, HookPostClone, map[string]string{"10-mark": `echo "$RAYITO_SANDBOX_ID $RAYITO_RESUME_GENERATION" >> ` + out})
+	for _, guestFirst := range []bool{false, true} {
+		os.Remove(out)
+		m, err := New(Options{Hooks: &Hooks{Dir: dir, Spawn: spawnForTest}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if guestFirst {
+			m.Resume(context.Background(), Report{Source: SourceClock})
+		}
+		st := m.Resume(context.Background(), Report{Source: SourceHost, SandboxID: "sb-9"})
+		b, _ := os.ReadFile(out)
+		if string(b) != "sb-9 1\n" || st.Generation != 1 || st.LastResume == nil || len(st.LastResume.Hooks) != 1 || !st.LastResume.NewSandbox {
+			t.Errorf("guest first %v: the hook wrote %q; state %+v", guestFirst, b, st.LastResume)
+		}
+	}
+}

@@ -9,6 +9,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/rayito/rayito-agent/internal/netconf"
 )
 
 // Source names a resume detector.
@@ -105,6 +107,10 @@ type Options struct {
 	// (0: only clones), while user work is still frozen.
 	ResetTCP   func() ([]Conn, error)
 	StaleAfter time.Duration
+	// RepairNetwork applies the host's network facts, forgets the
+	// neighbours and announces the guest's addresses (netconf.Repair) at
+	// every resume, before user work thaws; nil never does.
+	RepairNetwork func(netconf.Facts) netconf.Report
 }
 
 // Report is one detector saying the VM was resumed.
@@ -114,6 +120,9 @@ type Report struct {
 	TimeUnixNs int64  // host reports: the wall clock to set
 	Entropy    []byte // host reports: material for the CRNG re-key
 	SandboxID  string // host reports: the sandbox this copy now is
+	// Network is what the host says of the guest's network now (host
+	// reports; zero: nothing changes).
+	Network netconf.Facts
 }
 
 // Manager owns the resume generation. Safe for concurrent use.
@@ -273,20 +282,39 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 				m.mu.Unlock()
 			}
 		}
+		if m.o.RepairNetwork != nil && !r.Network.Empty() {
+			// The host's facts came after the guest noticed the restore
+			// by itself: applied now.
+			rep := m.o.RepairNetwork(r.Network)
+			m.mu.Lock()
+			if m.last != nil {
+				upd := *m.last
+				upd.Network = &rep
+				m.last = &upd
+			}
+			m.mu.Unlock()
+		}
 		if m.adopt(r.SandboxID) {
 			// The guest noticed this clone's restore before the host
 			// named it: its connections are reset now, late.
-			var reset LastResume
-			m.resetStale(&reset)
+			// So are its post-clone hooks.
+			var late LastResume
+			m.resetStale(&late)
+			if m.o.Hooks != nil {
+				env := HookEnv{Generation: m.Generation(), SandboxID: m.sandboxID(), Clone: true}
+				late.Hooks = m.o.Hooks.Run(ctx, HookPostClone, env)
+			}
 			m.mu.Lock()
 			if m.last != nil {
 				upd := *m.last
 				upd.NewSandbox = true
-				upd.ConnectionsReset = append(upd.ConnectionsReset, reset.ConnectionsReset...)
-				upd.ResetError = reset.ResetError
+				upd.ConnectionsReset = append(upd.ConnectionsReset, late.ConnectionsReset...)
+				upd.ResetError = late.ResetError
+				upd.Hooks = append(append([]HookResult(nil), upd.Hooks...), late.Hooks...)
 				m.last = &upd
 			}
 			m.mu.Unlock()
+			m.writeLifecycle()
 		}
 		return m.remember(r.ResumeID, m.State())
 	}
@@ -307,6 +335,10 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	if clone || (p != nil && m.o.StaleAfter > 0 && time.Duration(paused)*time.Millisecond > m.o.StaleAfter) {
 		// Before the thaw: the owners' first step after it fails at once.
 		m.resetStale(last)
+	}
+	if m.o.RepairNetwork != nil {
+		rep := m.o.RepairNetwork(r.Network)
+		last.Network = &rep
 	}
 	if p != nil {
 		// Only now, with the new clock and CRNG, does user work run

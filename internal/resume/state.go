@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/rayito/rayito-agent/internal/netconf"
 )
 
 // State is what /health reports about resumes and kernels.
@@ -63,6 +65,9 @@ type LastResume struct {
 	// says what failed.
 	ConnectionsReset []Conn `json:"connections_reset,omitempty"`
 	ResetError       string `json:"reset_error,omitempty"`
+	// Network is what the network repair did: the host's facts applied,
+	// neighbours forgotten, addresses announced.
+	Network *netconf.Report `json:"network,omitempty"`
 }
 
 // withLists returns l with empty lists where it has none, so that

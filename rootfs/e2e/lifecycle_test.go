@@ -49,8 +49,9 @@ echo "$RAYITO_EVENT $RAYITO_SANDBOX_ID $RAYITO_CLONE $RAYITO_RESUME_GENERATION" 
 // server on the host, opened before the snapshot; in each of three clones
 // the connection is reset before user work thaws, so the program's
 // blocked read returns an error at once (it hung before), a post-clone
-// hook has written a token of its own before the resume answered, and
-// /etc/machine-id differs. Then, in one clone, a plain resume after 5 s
+// hook has written a token of its own before the resume answered,
+// /etc/machine-id differs, and the host's network facts are applied (a
+// name server) and the address announced. Then, in one clone, a plain resume after 5 s
 // resets nothing and keeps the loopback connection, and a post-resume
 // hook that sleeps past its timeout is killed and reported.
 func TestLifecycleAcrossClones(t *testing.T) {
@@ -113,8 +114,11 @@ func TestLifecycleAcrossClones(t *testing.T) {
 		clones = append(clones, v)
 		sandbox := fmt.Sprintf("lifecycle-%d", i)
 		resumed := time.Now()
+		// The host's word on the network: the same address and gateway
+		// (QEMU's user network), another name server.
 		h, err := client.Host{URL: v.AgentURL(), Token: tv.token}.Resume(ctx, client.ResumeOptions{
-			ResumeID: sandbox, TimeUnixNs: time.Now().UnixNano(), SandboxID: sandbox})
+			ResumeID: sandbox, TimeUnixNs: time.Now().UnixNano(), SandboxID: sandbox,
+			Network: &client.NetworkFacts{Address: "10.0.2.15/24", Gateway: "10.0.2.2", DNS: []string{"10.0.2.3", "192.0.2.53"}}})
 		if err != nil {
 			t.Fatalf("clone %d: resume: %v", i, err)
 		}
@@ -125,7 +129,14 @@ func TestLifecycleAcrossClones(t *testing.T) {
 		if len(lr.ConnectionsReset) != 1 || lr.ConnectionsReset[0].Remote != "10.0.2.2:"+strconv.Itoa(port) || lr.ResetError != "" {
 			t.Errorf("clone %d: connections reset %+v (%s), want the one to the host", i, lr.ConnectionsReset, lr.ResetError)
 		}
+		if n := lr.Network; n == nil || n.Error != "" || n.Interface != "eth0" || len(n.Announced) != 1 || n.Announced[0] != "10.0.2.15" ||
+			len(n.Changed) != 2 || !strings.Contains(n.Changed[1], "192.0.2.53") {
+			t.Errorf("clone %d: the network repair: %+v, want the name servers changed and 10.0.2.15 announced on eth0", i, n)
+		}
 		cg := guest{dial(t, ctx, v.AgentURL(), tv.token, client.Options{})}
+		if rc, err := cg.run(ctx, "cat", "/etc/resolv.conf"); err != nil || !strings.Contains(rc, "nameserver 10.0.2.3\nnameserver 192.0.2.53\n") {
+			t.Errorf("clone %d: resolv.conf %q, %v", i, rc, err)
+		}
 		// The hook ran before the answer: its files are there already.
 		tok, err := cg.run(ctx, "cat", "/run/clone-token")
 		if err != nil || len(tok) != 32 || tokens[tok] {
@@ -180,7 +191,7 @@ func TestLifecycleAcrossClones(t *testing.T) {
 	}
 	timings.add(t, "plain resume with a post-resume hook past its 5 s timeout: answered in", time.Since(started))
 	lr := h.LastResume
-	if lr == nil || len(lr.ConnectionsReset) != 0 || lr.NewSandbox {
+	if lr == nil || len(lr.ConnectionsReset) != 0 || lr.NewSandbox || lr.Network == nil || len(lr.Network.Changed) != 0 || lr.Network.Error != "" {
 		t.Errorf("the plain resume: %+v, want nothing reset", lr)
 	}
 	if lr != nil && (len(lr.Hooks) != 1 || !lr.Hooks[0].TimedOut || lr.Hooks[0].StderrTail != "slow\n") {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/rayito/rayito-agent/internal/netconf"
 )
 
 // ifaceWait bounds how long the init waits for the network device: the
@@ -18,7 +20,7 @@ var errNoIface = errors.New("network interface did not appear")
 // configureNetwork brings up lo and the configured interface with its
 // address and default route.
 func configureNetwork(nc netConfig, log *zap.Logger) error {
-	c, err := dialRTNL()
+	c, err := netconf.Dial()
 	if err != nil {
 		return err
 	}
@@ -27,7 +29,7 @@ func configureNetwork(nc netConfig, log *zap.Logger) error {
 	if err != nil {
 		return fmt.Errorf("lo: %w", err)
 	}
-	if err := c.setLinkUp(lo.Index); err != nil {
+	if err := c.SetLinkUp(lo.Index); err != nil {
 		return fmt.Errorf("lo up: %w", err)
 	}
 	if nc.Disabled {
@@ -38,14 +40,14 @@ func configureNetwork(nc netConfig, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := c.replaceAddr(ifc.Index, nc.Addr); err != nil {
+	if err := c.ReplaceAddr(ifc.Index, nc.Addr); err != nil {
 		return fmt.Errorf("%s address %s: %w", nc.Iface, nc.Addr, err)
 	}
-	if err := c.setLinkUp(ifc.Index); err != nil {
+	if err := c.SetLinkUp(ifc.Index); err != nil {
 		return fmt.Errorf("%s up: %w", nc.Iface, err)
 	}
 	if nc.Gateway.IsValid() {
-		if err := c.replaceDefaultRoute(ifc.Index, nc.Gateway); err != nil {
+		if err := c.ReplaceDefaultRoute(ifc.Index, nc.Gateway); err != nil {
 			return fmt.Errorf("default route via %s: %w", nc.Gateway, err)
 		}
 	}

@@ -12,6 +12,8 @@ import (
 
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
+
+	"github.com/rayito/rayito-agent/internal/netconf"
 )
 
 // TestConfigureNetwork runs the real netlink setup in a new network
@@ -97,7 +99,7 @@ func checkNetwork(t *testing.T) {
 // checkNetlinkError makes the kernel refuse a request: a gateway that is
 // not on any link. The errno must come back from the acknowledgement.
 func checkNetlinkError() error {
-	c, err := dialRTNL()
+	c, err := netconf.Dial()
 	if err != nil {
 		return err
 	}
@@ -106,7 +108,7 @@ func checkNetlinkError() error {
 	if err != nil {
 		return err
 	}
-	err = c.replaceDefaultRoute(ifc.Index, netip.MustParseAddr("192.168.77.1"))
+	err = c.ReplaceDefaultRoute(ifc.Index, netip.MustParseAddr("192.168.77.1"))
 	if !errors.Is(err, unix.ENETUNREACH) {
 		return fmt.Errorf("route via an off-link gateway: err = %v, want ENETUNREACH", err)
 	}

@@ -284,3 +284,26 @@ func TestReadAcrossLongPause(t *testing.T) {
 		t.Errorf("the exec sent during the pause: %v", err)
 	}
 }
+
+// TestResumeNetworkFactsBadInput: a resume whose network facts are
+// malformed is refused whole (400 naming the field): no resume runs.
+func TestResumeNetworkFactsBadInput(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t, agentConfig{})
+	for _, tc := range []struct{ network, want string }{
+		{`{"address": "10.0.2.15"}`, "network.address must be an IPv4 address with its prefix length"},
+		{`{"address": "10.0.2.15/24", "gateway": "10.9.9.9"}`, "not in network.address's network"},
+		{`{"dns": ["1.1.1.1", "1.0.0.1", "8.8.8.8", "9.9.9.9"]}`, "network.dns takes at most 3"},
+		{`{"dns": "1.1.1.1"}`, "dns"},
+		{`{"interface": "../eth0"}`, "not an interface name"},
+		{`{"mtu": 1400}`, "mtu"},
+	} {
+		code, body := a.request(t, "POST", "/v1/resume", testToken, `{"resume_id": "n", "network": `+tc.network+`}`)
+		if code != http.StatusBadRequest || !strings.Contains(string(body), tc.want) {
+			t.Errorf("network %s: %d %s, want 400 saying %q", tc.network, code, body, tc.want)
+		}
+	}
+	if h := a.health(t); h.ResumeGeneration != 0 || h.LastResume != nil {
+		t.Errorf("a refused resume ran: %+v", h)
+	}
+}
