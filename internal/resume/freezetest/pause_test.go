@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -305,5 +306,60 @@ func TestResumeNetworkFactsBadInput(t *testing.T) {
 	}
 	if h := a.health(t); h.ResumeGeneration != 0 || h.LastResume != nil {
 		t.Errorf("a refused resume ran: %+v", h)
+	}
+}
+
+// TestHooksAroundAPause: the agent's pre-pause hooks run inside the pause
+// (in its answer), its post-resume hooks inside the resume that follows,
+// told the generation and how long the pause lasted (in last_resume);
+// and the lifecycle file follows both.
+func TestHooksAroundAPause(t *testing.T) {
+	t.Parallel()
+	hooks, out := t.TempDir(), filepath.Join(t.TempDir(), "out")
+	for _, ev := range []string{"pre-pause", "post-resume"} {
+		os.MkdirAll(filepath.Join(hooks, ev+".d"), 0o755)
+		script := "#!/bin/sh\necho \"$RAYITO_EVENT $RAYITO_RESUME_GENERATION $RAYITO_CLONE $RAYITO_PAUSED_MS\" >> " + out + "\n"
+		if err := os.WriteFile(filepath.Join(hooks, ev+".d", "10-log"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	life := filepath.Join(t.TempDir(), "lifecycle.json")
+	a := startAgent(t, agentConfig{Args: []string{"--hooks-dir", hooks, "--lifecycle-file", life}})
+	readLife := func() map[string]any {
+		t.Helper()
+		var m map[string]any
+		b, err := os.ReadFile(life)
+		if err != nil || json.Unmarshal(b, &m) != nil {
+			t.Fatalf("lifecycle file: %s, %v", b, err)
+		}
+		return m
+	}
+	ans := hostPause(t, a, client.PauseOptions{})
+	if s, _ := ans.Step("hooks"); s.Status != "done" || s.Detail != "1 hooks, 0 failed" || len(ans.Hooks) != 1 || ans.Hooks[0].Event != "pre-pause" {
+		t.Errorf("the pause's hooks: %+v, %+v", s, ans.Hooks)
+	}
+	if m := readLife(); m["state"] != "paused" {
+		t.Errorf("lifecycle during the pause: %v", m)
+	}
+	a.pause(t)
+	time.Sleep(pauseFor)
+	a.unpause(t)
+	h, err := client.Host{URL: a.url, Token: testToken}.Resume(ctxLong(t), client.ResumeOptions{ResumeID: "hooks"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lr := h.LastResume; lr == nil || len(lr.Hooks) != 1 || lr.Hooks[0].Event != "post-resume" || lr.Hooks[0].ExitCode == nil || *lr.Hooks[0].ExitCode != 0 {
+		t.Errorf("the resume's hooks: %+v", h.LastResume)
+	}
+	b, _ := os.ReadFile(out)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 || lines[0] != "pre-pause 0 0 0" || !strings.HasPrefix(lines[1], "post-resume 1 0 ") {
+		t.Fatalf("the hooks were told %q", lines)
+	}
+	if ms, _ := strconv.Atoi(strings.Fields(lines[1])[3]); ms < int(pauseFor.Milliseconds()) {
+		t.Errorf("RAYITO_PAUSED_MS %d, want at least the %v pause", ms, pauseFor)
+	}
+	if m := readLife(); m["state"] != "running" || m["resume_generation"] != float64(1) {
+		t.Errorf("lifecycle after the resume: %v", m)
 	}
 }
