@@ -78,7 +78,13 @@ func ResetStaleTCP(skip map[uint32]bool) ([]Conn, error) {
 		if skip[s.inode] || s.remote.Addr().IsLoopback() || s.remote.Addr().Unmap().IsLoopback() || s.remote.Addr() == s.local.Addr() {
 			continue
 		}
-		if err := destroyTCP(fd, s); err != nil {
+		err := destroyTCP(fd, s)
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			// A kernel without CONFIG_INET_DIAG_DESTROY: shut the socket
+			// down through a copy of its owner's descriptor instead.
+			err = shutdownByInode(s.inode)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("resetting %s to %s: %w", s.local, s.remote, err))
 			continue
 		}
@@ -204,4 +210,45 @@ func OwnSocketInodes() map[uint32]bool {
 		}
 	}
 	return m
+}
+
+// shutdownByInode shuts down (both ways) the socket with this inode,
+// through a copy of a descriptor of it that some process holds
+// (pidfd_getfd): its owner's reads return end of file and its writes
+// fail. The fallback where SOCK_DESTROY is missing.
+func shutdownByInode(inode uint32) error {
+	want := "socket:[" + strconv.FormatUint(uint64(inode), 10) + "]"
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		dir := filepath.Join("/proc", p.Name(), "fd")
+		fds, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, f := range fds {
+			if link, err := os.Readlink(filepath.Join(dir, f.Name())); err != nil || link != want {
+				continue
+			}
+			target, _ := strconv.Atoi(f.Name())
+			pidfd, err := unix.PidfdOpen(pid, 0)
+			if err != nil {
+				return fmt.Errorf("pidfd_open %d: %w", pid, err)
+			}
+			dup, err := unix.PidfdGetfd(pidfd, target, 0)
+			unix.Close(pidfd)
+			if err != nil {
+				return fmt.Errorf("pidfd_getfd %d/%d: %w", pid, target, err)
+			}
+			defer unix.Close(dup)
+			return unix.Shutdown(dup, unix.SHUT_RDWR)
+		}
+	}
+	return fmt.Errorf("no process holds socket %d", inode)
 }
