@@ -107,7 +107,7 @@ func (s *API) handleResume(w http.ResponseWriter, r *http.Request) {
 		} `json:"network"`
 	}
 	if e := decodeBody(w, r, &body); e != nil {
-		surface.WriteError(w, http.StatusBadRequest, e)
+		surface.WriteError(w, surface.StatusOf(e.Code), e)
 		return
 	}
 	var facts netconf.Facts
@@ -177,7 +177,7 @@ func (s *API) handleInit(w http.ResponseWriter, r *http.Request) {
 	// The body is read before the lock: a caller that sends it slowly
 	// holds only its own request, never the host's.
 	if e := decodeBody(w, r, &body); e != nil {
-		surface.WriteError(w, http.StatusBadRequest, e)
+		surface.WriteError(w, surface.StatusOf(e.Code), e)
 		return
 	}
 	s.initMu.Lock()

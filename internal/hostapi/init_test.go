@@ -9,6 +9,7 @@ import (
 
 	"github.com/rayito/rayito-agent/internal/hostapi"
 	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/surface"
 )
 
@@ -47,5 +48,35 @@ func TestInitRefusesBadEnv(t *testing.T) {
 	}
 	if r, err := defaults.Resolve(proc.Spec{Argv: []string{"true"}}); err != nil || strings.Contains(strings.Join(r.Env, " "), "RAYITO_URL") {
 		t.Fatalf("a refused init changed the defaults: %v %v", r.Env, err)
+	}
+}
+
+// Every host route answers a body over its 1 MiB bound with the status
+// the error table gives its code (limit: 429), as the others do.
+func TestHostBodyTooLargeIsLimit(t *testing.T) {
+	const token = "big-token"
+	auth := surface.NewAuth(token)
+	kit := surface.New(surface.Options{Auth: auth})
+	m, err := resume.New(resume.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kit.Mount(hostapi.New(hostapi.Config{Version: "v1", Auth: auth, Defaults: &proc.Defaults{}, Resume: m, Pause: m}).Surface())
+	srv := httptest.NewServer(kit.Handler())
+	defer srv.Close()
+	big := `{"resume_id": "` + strings.Repeat("x", 2<<20) + `"}`
+	for _, route := range []string{"/v1/init", "/v1/resume", "/v1/pause", "/v1/pause/abort"} {
+		req, _ := http.NewRequest("POST", srv.URL+route, strings.NewReader(big))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(b), `"limit"`) {
+			t.Errorf("%s with a 2 MiB body: %d %s, want 429 limit", route, resp.StatusCode, b)
+		}
 	}
 }
