@@ -155,3 +155,44 @@ func TestReseedHandlerReplaced(t *testing.T) {
 		t.Fatalf("reseeded %v, why %q", ok, why)
 	}
 }
+
+// TestReseedLeavesLostAndUnhookedKernels: a kernel already lost, and one
+// whose reseed handler was never installed, are reported not reseeded,
+// with why, and are not signalled: their random state goes on from
+// random.seed(7) as if no resume had happened.
+func TestReseedLeavesLostAndUnhookedKernels(t *testing.T) {
+	k := startKernel(t)
+	_, end := run(t, k.ID(), "import random\nrandom.seed(7)")
+	wantStatus(t, end, StatusOK)
+	want := seeded(t, 2)
+	next := func() string {
+		t.Helper()
+		s, end := run(t, k.ID(), "print(repr(random.random()))")
+		wantStatus(t, end, StatusOK)
+		return strings.TrimSpace(stdout(s))
+	}
+
+	k.mu.Lock()
+	k.lost = true
+	k.mu.Unlock()
+	if ok, why := reseedNow(t, k, 5*time.Second); ok || !strings.Contains(why, "did not answer the survival check") {
+		t.Errorf("a lost kernel: reseeded %v, %q", ok, why)
+	}
+	k.mu.Lock()
+	k.lost = false
+	inst := k.inst
+	k.mu.Unlock()
+	if got := next(); got != want[0] {
+		t.Errorf("a lost kernel was signalled: random.random() is %s after seed(7), want %s", got, want[0])
+	}
+
+	nonce := inst.reseedNonce
+	inst.reseedNonce, inst.reseedWhy = "", "its reseed handler was not installed (test)"
+	if ok, why := reseedNow(t, k, 5*time.Second); ok || why != "its reseed handler was not installed (test)" {
+		t.Errorf("a kernel without a handler: reseeded %v, %q", ok, why)
+	}
+	inst.reseedNonce = nonce
+	if got := next(); got != want[1] {
+		t.Errorf("a kernel without a handler was signalled: random.random() is %s, want %s", got, want[1])
+	}
+}
