@@ -161,3 +161,40 @@ func TestTransportURLs(t *testing.T) {
 		t.Fatalf("health over a custom dialer: %v (%d dials)", err, dials)
 	}
 }
+
+// TestHybridVsockConnOutlivesItsHandshake: the handshake's deadline (here
+// the dial context's 200 ms) is lifted once it is done: the connection
+// still carries bytes after the deadline passed (it died there before).
+func TestHybridVsockConnOutlivesItsHandshake(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	path := fakeFirecracker(t, echo.Addr().String(), func(string) string { return "ok" })
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	c, err := client.HybridVsockDialer(path, 49983)(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	<-ctx.Done()
+	time.Sleep(100 * time.Millisecond)
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatalf("write after the handshake's deadline: %v", err)
+	}
+	b := make([]byte, 1)
+	if _, err := io.ReadFull(c, b); err != nil || b[0] != 'x' {
+		t.Fatalf("read after the handshake's deadline: %q, %v", b, err)
+	}
+}
