@@ -6,7 +6,11 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rayito/rayito-agent/internal/stream"
 )
@@ -99,5 +103,72 @@ func TestInputEndsWhereDeclared(t *testing.T) {
 	}
 	if b := <-got; string(b) != "12345" {
 		t.Fatalf("the reader got %q, want the declared 5 bytes", b)
+	}
+}
+
+// TestInputProgressReportsWhatWasWritten: progress reports the bytes
+// written to the program, not those received: with a slow reader, every
+// report's written cursor is within a pipe's capacity of what the reader
+// took, and behind what was received (a report of received bytes as
+// written would open the client's window early).
+func TestInputProgressReportsWhatWasWritten(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	pipeSize, err := unix.FcntlInt(w.Fd(), unix.F_GETPIPE_SZ, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := stream.NewInput(w, w.Close, 0)
+	defer in.Stop()
+	var consumed atomic.Int64
+	type report struct{ received, written, consumed uint64 }
+	var mu sync.Mutex
+	var reports []report
+	in.OnProgress(func(received, written uint64) {
+		mu.Lock()
+		reports = append(reports, report{received, written, uint64(consumed.Load())})
+		mu.Unlock()
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 16<<10)
+		for {
+			n, err := r.Read(buf)
+			consumed.Add(int64(n))
+			if err != nil {
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	// Many frames at once, as a client sends them: the queue holds them
+	// while the writer feeds the slow reader one at a time.
+	chunk := bytes.Repeat([]byte("y"), 16<<10)
+	var off uint64
+	for range 56 {
+		if err := in.WriteAt(off, chunk); err != nil {
+			t.Fatal(err)
+		}
+		off += uint64(len(chunk))
+	}
+	if err := in.CloseAt(off); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	behind := false
+	for _, rp := range reports {
+		if rp.written > rp.consumed+uint64(pipeSize)+16<<10 {
+			t.Errorf("report %+v: written is past what the reader took plus a pipe (%d)", rp, pipeSize)
+		}
+		behind = behind || rp.written < rp.received
+	}
+	if len(reports) == 0 || !behind {
+		t.Errorf("reports %+v: want some with written behind received (the reader is slow)", reports)
 	}
 }
