@@ -118,3 +118,24 @@ func TestTarNeverOpensASwappedFIFO(t *testing.T) {
 		t.Fatal("the tar opened the FIFO and waits for a writer")
 	}
 }
+
+// TestWriteTarListsAsTheUser: a directory the user may enter but not
+// list (mode 0711) fails the archive, before any of its names goes out:
+// listing it as the agent would stream names the user could never see.
+func TestWriteTarListsAsTheUser(t *testing.T) {
+	t.Parallel()
+	needRoot(t)
+	m, _ := newManager(t)
+	root := t.TempDir()
+	openToAll(t, root)
+	hidden := filepath.Join(root, "hidden")
+	os.Mkdir(hidden, 0o711)
+	os.Chmod(hidden, 0o711)
+	writeFile(t, filepath.Join(hidden, "secret-name.txt"), "x")
+	os.Chmod(filepath.Join(hidden, "secret-name.txt"), 0o644)
+	var buf bytes.Buffer
+	wantKind(t, m.WriteTar("nobody", root, &buf), ErrPermission)
+	if bytes.Contains(buf.Bytes(), []byte("secret-name.txt")) {
+		t.Error("the archive names a file in a directory nobody may not list")
+	}
+}
