@@ -110,8 +110,8 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), opBound)
-	defer cancel()
+	// The kernel manager bounds starts and restarts (--kernel-start-timeout).
+	ctx := r.Context()
 	k, err := s.o.Kernels.Start(ctx, jupyter.StartOptions{Name: name, Cwd: req.Cwd})
 	if err != nil {
 		writeErr(w, err)

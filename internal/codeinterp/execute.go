@@ -79,8 +79,8 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "Only one of context_id or language can be provided")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), opBound)
-	defer cancel()
+	// The kernel manager bounds starts and restarts (--kernel-start-timeout).
+	ctx := r.Context()
 	kernelID := req.ContextID
 	if kernelID != "" {
 		if _, err := s.o.Kernels.Get(kernelID); err != nil {

@@ -14,7 +14,6 @@ import (
 	"context"
 	"net/http"
 	"sync"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -50,8 +49,6 @@ const (
 	// maxBody bounds a request body: code is text, a megabyte of it is
 	// a program, not a cell.
 	maxBody = 8 << 20
-	// opBound bounds a kernel start or restart made for a request.
-	opBound = 2 * time.Minute
 )
 
 // Server is the API. It is an http.Handler for the paths in Patterns.

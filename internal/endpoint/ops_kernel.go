@@ -27,12 +27,6 @@ type JupyterSender interface {
 	Send(ctx context.Context, msg json.RawMessage) error
 }
 
-// kernelStartBound bounds how long a request waits for a kernel to come
-// up. It matches the kernel manager's own start bound: under software
-// emulation on a busy host a kernel's imports alone take over a minute, and
-// a shorter bound here would kill a start the manager still allows.
-const kernelStartBound = 2 * time.Minute
-
 func (s *Server) opKernelStart(c *call) (any, error) {
 	var p struct {
 		wire.Envelope
@@ -44,9 +38,9 @@ func (s *Server) opKernelStart(c *call) (any, error) {
 	if err := c.params(&p); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(c.ss.ctx, kernelStartBound)
-	defer cancel()
-	k, err := s.cfg.Kernels.Start(ctx, jupyter.StartOptions{Name: p.Name, Cwd: p.Cwd, Env: p.Env, User: p.User})
+	// The kernel manager bounds a start (--kernel-start-timeout): the one
+	// owner of that bound.
+	k, err := s.cfg.Kernels.Start(c.ss.ctx, jupyter.StartOptions{Name: p.Name, Cwd: p.Cwd, Env: p.Env, User: p.User})
 	if err != nil {
 		return nil, err
 	}
@@ -78,9 +72,7 @@ func (s *Server) kernelOp(fn func(ctx context.Context, id string) error) func(*c
 		if p.Kernel == "" {
 			return nil, wire.Errorf(wire.CodeBadRequest, "%s needs a kernel", c.req.Op)
 		}
-		ctx, cancel := context.WithTimeout(c.ss.ctx, kernelStartBound)
-		defer cancel()
-		return nil, fn(ctx, p.Kernel)
+		return nil, fn(c.ss.ctx, p.Kernel)
 	}
 }
 
@@ -104,10 +96,8 @@ func (s *Server) opExecute(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(c.ss.ctx, kernelStartBound)
-	defer cancel()
 	return s.create(c, p.Attach, s.keepAwake(p.KeepAwake, func() (*stream.Stream, map[string]any, error) {
-		st, kernel, err := s.cfg.Kernels.Execute(ctx, p.Kernel, *p.Code, timeout, p.AllowStdin)
+		st, kernel, err := s.cfg.Kernels.Execute(c.ss.ctx, p.Kernel, *p.Code, timeout, p.AllowStdin)
 		if err != nil {
 			return nil, nil, err
 		}

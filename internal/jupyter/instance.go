@@ -89,8 +89,13 @@ type launchSpec struct {
 }
 
 // startInstance launches a kernel and waits until it answers
-// kernel_info_request and its iopub stream is flowing.
+// kernel_info_request and its iopub stream is flowing. The manager's
+// start bound (--kernel-start-timeout) covers all of it, the wait for the
+// kernel to bind its ports included: the one owner of that bound, whatever
+// surface asked for the start.
 func (m *Manager) startInstance(ctx context.Context, ls launchSpec) (*instance, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, m.startTimeout, fmt.Errorf("not ready within %v (--kernel-start-timeout)", m.startTimeout))
+	defer cancel()
 	info, err := m.newConnInfo(ls.spec.Name)
 	if err != nil {
 		return nil, err
@@ -140,8 +145,10 @@ func (m *Manager) startInstance(ctx context.Context, ls launchSpec) (*instance, 
 	if err == nil {
 		err = inst.waitReady(ctx, m.startTimeout)
 	}
-	if !giveUp() && err == nil {
-		err = ctx.Err()
+	if !giveUp() {
+		// The bound (or the caller) ended the start: that is why, not
+		// the dial the kill cut short.
+		err = context.Cause(ctx)
 	}
 	if err != nil {
 		exitedFirst := inst.ctx.Err() != nil && ctx.Err() == nil

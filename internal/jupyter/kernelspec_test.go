@@ -1,11 +1,13 @@
 package jupyter
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rayito/rayito-agent/internal/wire"
 )
@@ -66,5 +68,25 @@ func TestStandardDataDirs(t *testing.T) {
 	want := []string{"/a", "/b", "/home/u/.local/share/jupyter", "/usr/local/share/jupyter", "/usr/share/jupyter"}
 	if got := StandardDataDirs(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+// TestStartTimeoutBoundsTheWholeStart: the manager's start bound covers a
+// kernel that never binds its ports (it used to bound only the wait after
+// the bind, leaving each surface to add a 2-minute bound of its own), and
+// the error names the flag.
+func TestStartTimeoutBoundsTheWholeStart(t *testing.T) {
+	data := t.TempDir()
+	writeSpec(t, data, "mute", `{"argv": ["/bin/sleep", "60"], "display_name": "never binds", "language": "python"}`)
+	m := NewManager(Options{Registry: env.reg, Reaper: env.mgr.reaper, DataDirs: []string{data}, StartTimeout: time.Second})
+	defer m.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	_, err := m.Start(ctx, StartOptions{Name: "mute"})
+	if err == nil || !strings.Contains(err.Error(), "not ready within 1s (--kernel-start-timeout)") {
+		t.Fatalf("a kernel that never binds, with a 1 s start bound: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the start outlived the test's own 50 s bound")
 	}
 }

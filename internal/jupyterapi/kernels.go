@@ -1,7 +1,6 @@
 package jupyterapi
 
 import (
-	"context"
 	"net/http"
 	"net/url"
 	"path"
@@ -61,8 +60,8 @@ func (s *Server) startKernel(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, &req) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), opBound)
-	defer cancel()
+	// The kernel manager bounds starts and restarts (--kernel-start-timeout).
+	ctx := r.Context()
 	k, err := s.o.Kernels.Start(ctx, jupyter.StartOptions{Name: req.Name})
 	if err != nil {
 		writeErr(w, err)

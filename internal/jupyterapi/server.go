@@ -65,8 +65,6 @@ const (
 	version = "1.23.3"
 	// maxBody bounds a REST request body; the API's bodies are tiny.
 	maxBody = 1 << 20
-	// opBound bounds a kernel start or restart made for a request.
-	opBound = 2 * time.Minute
 	// closeWait bounds closing the websockets when the agent stops.
 	closeWait = 5 * time.Second
 )

@@ -1,7 +1,6 @@
 package jupyterapi
 
 import (
-	"context"
 	"crypto/rand"
 	"net/http"
 	"net/url"
@@ -180,8 +179,8 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) startFor(r *http.Request, name string) (*jupyter.Kernel, error) {
-	ctx, cancel := context.WithTimeout(r.Context(), opBound)
-	defer cancel()
+	// The kernel manager bounds starts and restarts (--kernel-start-timeout).
+	ctx := r.Context()
 	return s.o.Kernels.Start(ctx, jupyter.StartOptions{Name: name})
 }
 
