@@ -4,10 +4,12 @@
 // listening, the limits, the auth and the resume cut's bookkeeping.
 //
 // Each websocket connection is a Session with one reader goroutine (frames
-// in, dispatched to ops), one writer goroutine (the only one that writes,
-// control frames ahead of bulk data), and one pump goroutine per attachment
-// that pulls its stream's log within the attachment's window. Producers
-// never see a connection, so one slow client cannot slow anything else.
+// in, dispatched to ops), one pump goroutine per attachment that pulls its
+// stream's log within the attachment's window, and a writer goroutine. An
+// answer or event is written by the goroutine that has it when the
+// connection is free, else queued; the writer writes what was queued,
+// control frames ahead of bulk data. Producers never see a connection, so
+// one slow client cannot slow anything else.
 package endpoint
 
 import (

@@ -210,12 +210,6 @@ func (c *cell) cancel(why string) bool {
 	return true
 }
 
-func (c *cell) hasStarted() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.started
-}
-
 // reply answers the pending input_request.
 func (c *cell) reply(value string) error {
 	c.mu.Lock()

@@ -184,14 +184,6 @@ func (m *message) content() (content, error) {
 	return c, err
 }
 
-func (m *message) size() int {
-	n := len(m.Header) + len(m.Parent) + len(m.Metadata) + len(m.Content)
-	for _, b := range m.Buffers {
-		n += len(b)
-	}
-	return n
-}
-
 // marshalContent is json.Marshal for contents the agent builds.
 func marshalContent(v any) json.RawMessage {
 	b, _ := json.Marshal(v)
