@@ -7,6 +7,14 @@
 // and the raw message relay are the jupyter.Manager's, the same kernels
 // the native protocol drives. The only state of its own is the session
 // table (notebook path to kernel), as jupyter_server keeps it.
+//
+// A kernel websocket is a relay of the kernel's raw channels: its
+// execute_request goes to the kernel's shell socket as the client sent
+// it, beside (not through) the cell queue the native protocol and the
+// code interpreter use, as a second Jupyter client of one kernel would;
+// the kernel itself runs requests in the order they reach it. A session's
+// new websocket replaces its stale one and takes over its relay; a resume
+// closes every websocket with 1012 and clients reconnect.
 package jupyterapi
 
 import (
