@@ -33,17 +33,9 @@ func TestInitRefusesBadEnv(t *testing.T) {
 		`{"env":{}} {}`:                           "data after the JSON object",
 		`{"envs":{"A":"b"}}`:                      "unknown field",
 	} {
-		req, _ := http.NewRequest("POST", srv.URL+"/v1/init", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 400 || !strings.Contains(string(b), want) {
-			t.Errorf("/v1/init %s: %d %s, want 400 %q", body, resp.StatusCode, b, want)
+		code, b := postJSON(t, srv.URL+"/v1/init", token, body)
+		if code != 400 || !strings.Contains(string(b), want) {
+			t.Errorf("/v1/init %s: %d %s, want 400 %q", body, code, b, want)
 		}
 	}
 	if r, err := defaults.Resolve(proc.Spec{Argv: []string{"true"}}); err != nil || strings.Contains(strings.Join(r.Env, " "), "RAYITO_URL") {
@@ -66,17 +58,24 @@ func TestHostBodyTooLargeIsLimit(t *testing.T) {
 	defer srv.Close()
 	big := `{"resume_id": "` + strings.Repeat("x", 2<<20) + `"}`
 	for _, route := range []string{"/v1/init", "/v1/resume", "/v1/pause", "/v1/pause/abort"} {
-		req, _ := http.NewRequest("POST", srv.URL+route, strings.NewReader(big))
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(b), `"limit"`) {
-			t.Errorf("%s with a 2 MiB body: %d %s, want 429 limit", route, resp.StatusCode, b)
+		code, b := postJSON(t, srv.URL+route, token, big)
+		if code != http.StatusTooManyRequests || !strings.Contains(string(b), `"limit"`) {
+			t.Errorf("%s with a 2 MiB body: %d %s, want 429 limit", route, code, b)
 		}
 	}
+}
+
+// postJSON posts body as a host does (token, JSON) and returns the answer.
+func postJSON(t *testing.T, url, token, body string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
 }
