@@ -91,7 +91,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) *wire.Error {
 
 func (s *API) handleResume(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Resume == nil {
-		surface.WriteError(w, http.StatusNotImplemented, wire.Errorf(wire.CodeUnsupported, "resume is not available in this agent"))
+		surface.WriteErr(w, wire.Errorf(wire.CodeUnsupported, "resume is not available in this agent"))
 		return
 	}
 	var body struct {
@@ -107,7 +107,7 @@ func (s *API) handleResume(w http.ResponseWriter, r *http.Request) {
 		} `json:"network"`
 	}
 	if e := decodeBody(w, r, &body); e != nil {
-		surface.WriteError(w, surface.StatusOf(e.Code), e)
+		surface.WriteErr(w, e)
 		return
 	}
 	var facts netconf.Facts
@@ -115,24 +115,24 @@ func (s *API) handleResume(w http.ResponseWriter, r *http.Request) {
 		// Checked whole before anything runs: a bad field applies nothing.
 		var err error
 		if facts, err = netconf.ParseFacts(n.Interface, n.Address, n.Gateway, n.DNS); err != nil {
-			surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "%v", err))
+			surface.WriteErr(w, wire.Errorf(wire.CodeBadRequest, "%v", err))
 			return
 		}
 	}
 	if len(body.ResumeID) > 256 {
-		surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "resume_id longer than 256 bytes"))
+		surface.WriteErr(w, wire.Errorf(wire.CodeBadRequest, "resume_id longer than 256 bytes"))
 		return
 	}
 	entropy, e := cloneFields(body.Entropy, body.SandboxID)
 	if e != nil {
-		surface.WriteError(w, http.StatusBadRequest, e)
+		surface.WriteErr(w, e)
 		return
 	}
 	defer clear(entropy)
 	rep := resume.Report{Source: resume.SourceHost, ResumeID: body.ResumeID, Entropy: entropy, SandboxID: body.SandboxID, Network: facts}
 	if body.TimeUnixNs != nil {
 		if *body.TimeUnixNs <= 0 {
-			surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "time_unix_ns must be positive"))
+			surface.WriteErr(w, wire.Errorf(wire.CodeBadRequest, "time_unix_ns must be positive"))
 			return
 		}
 		rep.TimeUnixNs = *body.TimeUnixNs
@@ -177,7 +177,7 @@ func (s *API) handleInit(w http.ResponseWriter, r *http.Request) {
 	// The body is read before the lock: a caller that sends it slowly
 	// holds only its own request, never the host's.
 	if e := decodeBody(w, r, &body); e != nil {
-		surface.WriteError(w, surface.StatusOf(e.Code), e)
+		surface.WriteErr(w, e)
 		return
 	}
 	s.initMu.Lock()
@@ -190,16 +190,16 @@ func (s *API) handleInit(w http.ResponseWriter, r *http.Request) {
 	}
 	// Validate everything before changing anything.
 	if body.AccessToken != nil && *body.AccessToken == "" {
-		surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "access_token must not be empty"))
+		surface.WriteErr(w, wire.Errorf(wire.CodeBadRequest, "access_token must not be empty"))
 		return
 	}
 	if body.TimeUnixNs != nil && *body.TimeUnixNs <= 0 {
-		surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "time_unix_ns must be positive"))
+		surface.WriteErr(w, wire.Errorf(wire.CodeBadRequest, "time_unix_ns must be positive"))
 		return
 	}
 	entropy, e := cloneFields(body.Entropy, body.SandboxID)
 	if e != nil {
-		surface.WriteError(w, http.StatusBadRequest, e)
+		surface.WriteErr(w, e)
 		return
 	}
 	defer clear(entropy)
@@ -207,22 +207,22 @@ func (s *API) handleInit(w http.ResponseWriter, r *http.Request) {
 	if body.IdlePolicy != nil && body.IdlePolicy.MaxIdleSeconds != nil {
 		idle = body.IdlePolicy.MaxIdleSeconds
 		if *idle < traffic.MinIdleSeconds || *idle > traffic.MaxIdleSeconds {
-			surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "idle_policy.max_idle_seconds must be from %d to %d (30 days), got %d", traffic.MinIdleSeconds, traffic.MaxIdleSeconds, *idle))
+			surface.WriteErr(w, wire.Errorf(wire.CodeBadRequest, "idle_policy.max_idle_seconds must be from %d to %d (30 days), got %d", traffic.MinIdleSeconds, traffic.MaxIdleSeconds, *idle))
 			return
 		}
 	}
 	if err := proc.CheckDefaultEnv(body.Env); err != nil {
-		surface.WriteError(w, http.StatusBadRequest, wire.AsError(err))
+		surface.WriteErr(w, wire.AsError(err))
 		return
 	}
 	if body.DefaultCwd != "" && !isDir(body.DefaultCwd) {
-		surface.WriteError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "default_cwd %q is not a directory", body.DefaultCwd))
+		surface.WriteErr(w, wire.Errorf(wire.CodeBadRequest, "default_cwd %q is not a directory", body.DefaultCwd))
 		return
 	}
 	if body.DefaultUser != "" && s.cfg.Defaults != nil {
 		// A spec that only checks that the user can run a program.
 		if _, err := s.cfg.Defaults.Resolve(proc.Spec{Argv: []string{"/bin/sh"}, User: body.DefaultUser}); err != nil {
-			surface.WriteError(w, http.StatusBadRequest, wire.AsError(err))
+			surface.WriteErr(w, wire.AsError(err))
 			return
 		}
 	}

@@ -62,26 +62,26 @@ type pauseBody struct {
 
 func (s *API) handlePause(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Pause == nil {
-		surface.WriteError(w, http.StatusNotImplemented, wire.Errorf(wire.CodeUnsupported, "pause is not available in this agent"))
+		surface.WriteErr(w, wire.Errorf(wire.CodeUnsupported, "pause is not available in this agent"))
 		return
 	}
 	var body pauseBody
 	if e := decodeBody(w, r, &body); e != nil {
-		surface.WriteError(w, surface.StatusOf(e.Code), e)
+		surface.WriteErr(w, e)
 		return
 	}
 	req, e := pauseRequest(body)
 	if e != nil {
-		surface.WriteError(w, http.StatusBadRequest, e)
+		surface.WriteErr(w, e)
 		return
 	}
 	a, err := s.cfg.Pause.Pause(r.Context(), req)
 	if errors.Is(err, resume.ErrPauseConflict) {
-		surface.WriteError(w, http.StatusConflict, wire.Errorf(wire.CodeConflict, "%v", err))
+		surface.WriteErr(w, wire.Errorf(wire.CodeConflict, "%v", err))
 		return
 	}
 	if err != nil {
-		surface.WriteError(w, http.StatusInternalServerError, wire.Errorf(wire.CodeInternal, "%v", err))
+		surface.WriteErr(w, wire.Errorf(wire.CodeInternal, "%v", err))
 		return
 	}
 	surface.WriteJSON(w, http.StatusOK, a)
@@ -89,21 +89,21 @@ func (s *API) handlePause(w http.ResponseWriter, r *http.Request) {
 
 func (s *API) handlePauseAbort(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Pause == nil {
-		surface.WriteError(w, http.StatusNotImplemented, wire.Errorf(wire.CodeUnsupported, "pause is not available in this agent"))
+		surface.WriteErr(w, wire.Errorf(wire.CodeUnsupported, "pause is not available in this agent"))
 		return
 	}
 	var body struct{}
 	if e := decodeBody(w, r, &body); e != nil {
-		surface.WriteError(w, surface.StatusOf(e.Code), e)
+		surface.WriteErr(w, e)
 		return
 	}
 	a, err := s.cfg.Pause.Abort()
 	if errors.Is(err, resume.ErrNotPaused) {
-		surface.WriteError(w, http.StatusConflict, wire.Errorf(wire.CodeConflict, "no pause to abort: the sandbox is running"))
+		surface.WriteErr(w, wire.Errorf(wire.CodeConflict, "no pause to abort: the sandbox is running"))
 		return
 	}
 	if err != nil {
-		surface.WriteError(w, http.StatusInternalServerError, wire.Errorf(wire.CodeInternal, "%v", err))
+		surface.WriteErr(w, wire.Errorf(wire.CodeInternal, "%v", err))
 		return
 	}
 	surface.WriteJSON(w, http.StatusOK, a)
