@@ -109,8 +109,7 @@ type Client struct {
 	instance string // the agent run of the current (or last) connection
 	// suspended: the agent said its sandbox is being paused, and no
 	// connection since said it runs (suspend.go); guarded by mu.
-	suspended    bool
-	suspendedGen uint64
+	suspended bool
 }
 
 // pending is a request waiting for its response.

@@ -38,7 +38,7 @@ func (c *Client) Suspended() bool {
 // the change to suspended.
 func (c *Client) noteSuspendingLocked(suspending bool, gen uint64) (after func()) {
 	was := c.suspended
-	c.suspended, c.suspendedGen = suspending, gen
+	c.suspended = suspending
 	if suspending && !was && c.opts.OnSuspend != nil {
 		return func() { c.opts.OnSuspend(gen) }
 	}

@@ -75,13 +75,9 @@ func (l *lifecycleConfig) hooks(r *proc.Reaper) *resume.Hooks {
 		}
 		exited := make(chan resume.HookExit, 1)
 		go func() {
-			st := <-status
-			if st.Wait.Signaled() {
-				exited <- resume.HookExit{Signal: proc.SignalName(st.Wait.Signal())}
-				return
-			}
-			code := st.Wait.ExitStatus()
-			exited <- resume.HookExit{Code: &code}
+			// As a command's end says it: the code, or the signal's name.
+			e := proc.ExitEnd(<-status)
+			exited <- resume.HookExit{Code: e.ExitCode, Signal: e.Signal}
 		}()
 		return pid, exited, nil
 	}}

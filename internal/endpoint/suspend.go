@@ -28,18 +28,12 @@ func (s *Server) Resumed(gen uint64, aborted bool) {
 // until each is written (or its session ends) or ctx ends.
 func (s *Server) tellAll(ctx context.Context, ev map[string]any) int {
 	msg, _ := jsonBytes(ev)
-	s.mu.Lock()
-	sessions := make([]*Session, 0, len(s.sessions))
-	for ss := range s.sessions {
-		sessions = append(sessions, ss)
-	}
-	s.mu.Unlock()
 	type queued struct {
 		ss      *Session
 		written chan struct{}
 	}
 	var told []queued
-	for _, ss := range sessions {
+	for _, ss := range s.Sessions() {
 		q := queued{ss: ss, written: make(chan struct{})}
 		f := outFrame{msg: msg, lifecycle: true, release: sync.OnceFunc(func() { close(q.written) })}
 		ss.out.pending.Add(1)

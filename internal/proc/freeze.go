@@ -99,8 +99,11 @@ func (u *UserWork) Freeze(ctx context.Context) error {
 	}
 	u.mu.Lock()
 	if u.held == nil {
-		u.held = make(chan struct{})
-		u.r.held.Store(&u.held)
+		held := make(chan struct{})
+		u.held = held
+		// A pointer to a value of its own: a start that loaded it reads
+		// this channel, never the field Thaw clears.
+		u.r.held.Store(&held)
 	}
 	u.mu.Unlock()
 	return u.c.FreezeUser(ctx)

@@ -88,14 +88,16 @@ func TestHooksRefusedAndBounded(t *testing.T) {
 		"1-open":    "exit 0",
 		"2-notexec": "exit 0",
 		"3-slow":    "sleep 30",
-		"4-daemon":  "sleep 600 >/dev/null 2>&1 & echo $! > " + pidFile + "; head -c 50000000 /dev/zero; exit 0",
+		"4-daemon":  "sleep 600 >/dev/null 2>&1 & echo $! > " + pidFile + "; head -c 20000000 /dev/zero; exit 0",
 		"5-chatty":  `i=0; while [ $i -lt 2000 ]; do echo "line $i" >&2; i=$((i+1)); done`,
 		"6-fine":    "exit 0",
 	})
 	d := filepath.Join(dir, "post-resume.d")
 	os.Chmod(filepath.Join(d, "1-open"), 0o777)
 	os.Chmod(filepath.Join(d, "2-notexec"), 0o644)
-	h := &Hooks{Dir: dir, Timeout: 500 * time.Millisecond, Spawn: spawnForTest}
+	// Far above what the quick hooks need on a loaded machine, far below
+	// the slow one's 30 s.
+	h := &Hooks{Dir: dir, Timeout: 3 * time.Second, Spawn: spawnForTest}
 	rs := h.Run(context.Background(), HookPostResume, HookEnv{})
 	if len(rs) != 6 {
 		t.Fatalf("results: %+v", rs)

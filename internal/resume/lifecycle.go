@@ -59,28 +59,13 @@ func (m *Manager) writeLifecycle() {
 	m.lifeMu.Lock()
 	defer m.lifeMu.Unlock()
 	b, _ := json.Marshal(m.lifecycle())
-	dir := filepath.Dir(m.o.LifecycleFile)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		m.log.Warn("lifecycle file", zap.Error(err))
-		return
-	}
-	tmp, err := os.CreateTemp(dir, ".lifecycle-*")
-	if err != nil {
-		m.log.Warn("lifecycle file", zap.Error(err))
-		return
-	}
-	_, err = tmp.Write(append(b, '\n'))
+	err := os.MkdirAll(filepath.Dir(m.o.LifecycleFile), 0o755)
 	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), m.o.LifecycleFile)
+		// Not synced: /run is memory, and the file is rewritten at the
+		// next change anyway.
+		err = replaceFile(m.o.LifecycleFile, append(b, '\n'), 0o644, false)
 	}
 	if err != nil {
-		os.Remove(tmp.Name())
 		m.log.Warn("lifecycle file", zap.Error(err))
 	}
 }

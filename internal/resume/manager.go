@@ -258,11 +258,7 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	}
 	if m.duplicate(r.Source) {
 		if p != nil {
-			m.thaw(p, "resume")
-			if m.o.Clients != nil {
-				m.o.Clients.Resumed(m.Generation(), false)
-			}
-			m.writeLifecycle()
+			m.finishPause(p, "resume", false)
 		}
 		m.log.Debug("resume already handled", zap.String("source", string(r.Source)))
 		if r.TimeUnixNs > 0 {
@@ -272,27 +268,17 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 		// itself: they are mixed in now, on top of the earlier re-key.
 		if len(r.Entropy) > 0 && m.o.Reseed {
 			if sources, err := m.crng.Rekey(r.Entropy); err == nil {
-				m.mu.Lock()
-				if m.last != nil {
-					upd := *m.last
-					upd.Reseeded = true
-					upd.EntropySources = mergeSources(upd.EntropySources, sources)
-					m.last = &upd
-				}
-				m.mu.Unlock()
+				m.amendLast(func(l *LastResume) {
+					l.Reseeded = true
+					l.EntropySources = mergeSources(l.EntropySources, sources)
+				})
 			}
 		}
 		if m.o.RepairNetwork != nil && !r.Network.Empty() {
 			// The host's facts came after the guest noticed the restore
 			// by itself: applied now.
 			rep := m.o.RepairNetwork(r.Network)
-			m.mu.Lock()
-			if m.last != nil {
-				upd := *m.last
-				upd.Network = &rep
-				m.last = &upd
-			}
-			m.mu.Unlock()
+			m.amendLast(func(l *LastResume) { l.Network = &rep })
 		}
 		if m.adopt(r.SandboxID) {
 			// The guest noticed this clone's restore before the host
@@ -304,16 +290,12 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 				env := HookEnv{Generation: m.Generation(), SandboxID: m.sandboxID(), Clone: true}
 				late.Hooks = m.o.Hooks.Run(ctx, HookPostClone, env)
 			}
-			m.mu.Lock()
-			if m.last != nil {
-				upd := *m.last
-				upd.NewSandbox = true
-				upd.ConnectionsReset = append(upd.ConnectionsReset, late.ConnectionsReset...)
-				upd.ResetError = late.ResetError
-				upd.Hooks = append(append([]HookResult(nil), upd.Hooks...), late.Hooks...)
-				m.last = &upd
-			}
-			m.mu.Unlock()
+			m.amendLast(func(l *LastResume) {
+				l.NewSandbox = true
+				l.ConnectionsReset = append(l.ConnectionsReset[:len(l.ConnectionsReset):len(l.ConnectionsReset)], late.ConnectionsReset...)
+				l.ResetError = late.ResetError
+				l.Hooks = append(l.Hooks[:len(l.Hooks):len(l.Hooks)], late.Hooks...)
+			})
 			m.writeLifecycle()
 		}
 		return m.remember(r.ResumeID, m.State())
@@ -575,5 +557,18 @@ func (m *Manager) resetStale(last *LastResume) {
 	}
 	if len(conns) > 0 {
 		m.log.Info("stale TCP connections reset", zap.Int("connections", len(conns)))
+	}
+}
+
+// amendLast changes the published last resume: a new value, since State
+// hands the old one's pointer to readers (the lists amended must be
+// appended to past their length, never in place).
+func (m *Manager) amendLast(f func(*LastResume)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.last != nil {
+		upd := *m.last
+		f(&upd)
+		m.last = &upd
 	}
 }

@@ -240,11 +240,13 @@ func (m *Manager) Pause(ctx context.Context, req PauseRequest) (PauseAnswer, err
 		go m.quiesce(p)
 	}
 	m.pmu.Unlock()
-	due := time.NewTimer(time.Until(p.started.Add(p.req.Deadline)))
-	defer due.Stop()
+	// p.ctx ends at the deadline (answer with what is done), or once the
+	// quiesce is over or overtaken (answer with all of it).
 	select {
-	case <-p.done:
-	case <-due.C:
+	case <-p.ctx.Done():
+		if !errors.Is(context.Cause(p.ctx), context.DeadlineExceeded) {
+			<-p.done
+		}
 	case <-ctx.Done():
 	}
 	a := p.snapshot()
@@ -418,14 +420,23 @@ func (m *Manager) Abort() (AbortAnswer, error) {
 }
 
 func (m *Manager) abort(p *pause, ended string) AbortAnswer {
+	paused := p.pausedMs()
+	steps, gen := m.finishPause(p, ended, true)
+	m.log.Info("pause called off", zap.String("by", ended), zap.Uint64("generation", gen), zap.Any("thaw", steps))
+	return AbortAnswer{State: "running", Generation: gen, PausedMs: paused, Thaw: steps}
+}
+
+// finishPause thaws p outside a resume sequence (an abort, or a restore
+// whose sequence already ran): clients hear the sandbox runs again at the
+// current generation, and the lifecycle file says so.
+func (m *Manager) finishPause(p *pause, ended string, aborted bool) ([]Step, uint64) {
 	steps := m.thaw(p, ended)
 	gen := m.Generation()
 	if m.o.Clients != nil {
-		m.o.Clients.Resumed(gen, true)
+		m.o.Clients.Resumed(gen, aborted)
 	}
-	m.log.Info("pause called off", zap.String("by", ended), zap.Uint64("generation", gen), zap.Any("thaw", steps))
 	m.writeLifecycle()
-	return AbortAnswer{State: "running", Generation: gen, PausedMs: p.pausedMs(), Thaw: steps}
+	return steps, gen
 }
 
 // autoThaw ends a pause that no resume followed within its ThawAfter.

@@ -142,23 +142,34 @@ func saveState(dir string, p persisted) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, stateFile+".*")
+	return replaceFile(filepath.Join(dir, stateFile), b, 0o600, true)
+}
+
+// replaceFile replaces path with b whole: a temporary file in its
+// directory renamed over it, so a reader sees the old content or the new,
+// never half. durable also syncs the file and then the directory, so a
+// crash right after leaves the new content.
+func replaceFile(path string, b []byte, perm os.FileMode, durable bool) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Chmod(perm)
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
+	if err == nil && durable {
+		err = tmp.Sync()
 	}
-	if err := tmp.Close(); err != nil {
-		return err
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, stateFile)); err != nil {
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil || !durable {
 		return err
 	}
 	// The rename is durable only once the directory is.

@@ -165,7 +165,7 @@ func TestPauseAbortAndAutoThaw(t *testing.T) {
 
 // TestPauseBadInput: every malformed pause gets 400 naming the field; a
 // pause during a pause shares it (same parameters) or is conflict (other
-// ones); a resume during a pause thaws it; nothing is left frozen.
+// ones); a resume during a pause thaws it.
 func TestPauseBadInput(t *testing.T) {
 	t.Parallel()
 	a := startAgent(t, agentConfig{})
@@ -207,16 +207,8 @@ func TestPauseBadInput(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal(body, &h) != nil || h.ResumeGeneration != 1 || h.Paused || h.LastPause == nil || h.LastPause.Ended != "resume" {
 		t.Fatalf("resume during a pause: %d %s", code, body)
 	}
-	// A pause overtaken by a resume: not yet answered, it ends with the
-	// steps it did not start marked so, and the sandbox is not frozen.
-	done := make(chan client.PauseAnswer, 1)
-	go func() {
-		ans, _ := client.Host{URL: a.url, Token: testToken}.Pause(context.Background(), client.PauseOptions{DeadlineMs: 60000})
-		done <- ans
-	}()
-	a.request(t, "POST", "/v1/resume", testToken, `{"resume_id": "r2"}`)
-	<-done
-	eventually(t, "no pause is left in place", func() bool { return !a.health(t).Paused })
+	// (A resume that overtakes a pause still quiescing: resume's
+	// TestResumeOvertakesPause, which can hold the quiesce where it wants.)
 }
 
 // TestReadAcrossLongPause: a client whose reconnect budget is a second,
