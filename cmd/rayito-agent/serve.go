@@ -629,6 +629,7 @@ func buildSurfaces(cfg config, log *zap.Logger, m *managers) *surface.Server {
 			w.Metric("rayito_retention_budget_bytes", "gauge", "Memory the buffers of all streams may hold together.", "", float64(b.Limit))
 			w.Metric("rayito_retention_used_bytes", "gauge", "Retention budget in use: held by streams, or set aside by running ones.", "", float64(b.Used))
 			w.Metric("rayito_retention_ended_bytes", "gauge", "Memory held by ended streams.", "", float64(b.Ended))
+			w.Metric("rayito_retention_input_bytes", "gauge", "Input queued for programs that have not read it (part of used).", "", float64(b.Input))
 			w.Metric("rayito_streams_expired_total", "counter", "Ended streams that expired (by count, bytes, time or memory pressure).", "", float64(m.streams.Expired()))
 			on := 0.0
 			if m.cgroups.On() {

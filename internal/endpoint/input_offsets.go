@@ -13,10 +13,12 @@ import (
 // Input with offsets (protocol section 5): a client whose hello said
 // input_offsets sends IN frames with the offset of their first byte. The
 // stream's input writes each byte once and in order whatever connection
-// brings it; the connection that fed it last gets `input` events with the
-// received and written cursors, every quarter of the input queue written,
-// which open its window; an attach answers with the cursors, and the
-// client sends again from `received`.
+// brings it; every connection that fed it or attached it gets `input`
+// events with the received and written cursors, every quarter of the
+// input queue written, which open its window; an attach answers with the
+// cursors, and the client sends again from `received`. A report never
+// waits for its connection (reports.go): one client that stops reading
+// holds up neither the input nor the others feeding it.
 
 // OffsetInput is a stream input that takes offsets (a process's stdin, a
 // terminal).
@@ -74,9 +76,14 @@ func isGap(err error) bool {
 	return errors.As(err, &we) && strings.Contains(we.Message, stream.ErrInputGap.Error())
 }
 
-// feed makes ss the connection told of in's progress, once per stream.
+// feed makes ss one of the connections told of in's progress, once per
+// stream; inputs whose program ended are let go of on the way.
 func (ss *Session) feed(id uint64, in *stream.Input) {
 	ss.mu.Lock()
+	if ss.closed {
+		ss.mu.Unlock()
+		return // finish has let go of every input already
+	}
 	if ss.feeding == nil {
 		ss.feeding = map[uint64]*stream.Input{}
 	}
@@ -84,12 +91,25 @@ func (ss *Session) feed(id uint64, in *stream.Input) {
 		ss.mu.Unlock()
 		return
 	}
+	for old, fed := range ss.feeding {
+		if fed.Ended() {
+			delete(ss.feeding, old)
+		}
+	}
 	ss.feeding[id] = in
 	ss.mu.Unlock()
-	in.OnProgress(func(received, written uint64) {
-		b, _ := jsonBytes(map[string]any{"event": "input", "stream": id, "received": received, "written": written})
-		ss.sendControl(b)
-	})
+	in.Subscribe(ss, func(received, written uint64) { ss.reportInput(id, received, written) })
+}
+
+// unfeed stops every report to ss: the connection is gone.
+func (ss *Session) unfeed() {
+	ss.mu.Lock()
+	feeding := ss.feeding
+	ss.feeding = nil
+	ss.mu.Unlock()
+	for _, in := range feeding {
+		in.Unsubscribe(ss)
+	}
 }
 
 // inputCursors adds an input's cursors to an attach's or a create's
@@ -99,9 +119,6 @@ func (ss *Session) inputCursors(st *stream.Stream, result map[string]any) {
 	if !ok || in.Input() == nil || st.Ended() != nil {
 		return
 	}
-	ss.mu.Lock()
-	delete(ss.feeding, st.ID) // a new attachment: report to it again
-	ss.mu.Unlock()
 	ss.feed(st.ID, in.Input())
 	result["received"], result["written"] = in.Input().Cursors()
 }

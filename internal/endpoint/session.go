@@ -61,10 +61,12 @@ type Session struct {
 	briefRunning atomic.Uint64
 
 	writerDone chan struct{} // closed when the writer has stopped
+	reportsDue chan struct{} // input reports wait for the writer (reports.go)
 
 	mu         sync.Mutex
 	atts       map[uint64]*attachment
 	feeding    map[uint64]*stream.Input // inputs this connection is told the progress of
+	reports    map[uint64][2]uint64     // input reports waiting for the writer (reports.go)
 	reserved   int                      // attachment slots claimed by ops still creating their stream
 	closeCode  websocket.StatusCode
 	closeWhy   string
@@ -116,7 +118,7 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 		srv: s, conn: conn, sock: surface.RawSocket(hc.conn), log: s.log, ctx: ctx, cancel: cancel,
 		ctrl: make(chan outFrame, controlQueue), data: make(chan outFrame, dataQueue),
 		sem: make(chan struct{}, maxInflightOps), ordered: make(chan func(), maxInflightOps),
-		atts: make(map[uint64]*attachment), writerDone: make(chan struct{}),
+		atts: make(map[uint64]*attachment), writerDone: make(chan struct{}), reportsDue: make(chan struct{}, 1),
 	}
 	s.mu.Lock()
 	if s.closing {
@@ -170,6 +172,7 @@ func (ss *Session) finish() {
 	ss.closed = true
 	ss.mu.Unlock()
 	ss.pumps.Wait()
+	ss.unfeed()
 	ss.untrack()
 	s := ss.srv
 	s.cfg.Traffic.ConnClosed()
@@ -262,6 +265,11 @@ func (ss *Session) writeLoop() {
 					ss.dropQueued(f)
 					return
 				}
+			case <-ss.reportsDue:
+				if !ss.writeReports() {
+					return
+				}
+				continue
 			case <-ss.ctx.Done():
 				return
 			}

@@ -109,6 +109,7 @@ func (m *Manager) spawn(res Resolved, o ExecOptions, reserved *stream.Reservatio
 	if o.Stdin {
 		w := pp.stdinW
 		p.input, p.stdin = stream.NewInput(w, w.Close, 0), w
+		p.input.ChargeTo(m.reg.Budget())
 		// Bulk input (a file piped through) is handed over in fewer,
 		// larger writes once the pipe is as large as the input queue.
 		p.input.OnBusy(func() {

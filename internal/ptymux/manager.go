@@ -167,6 +167,7 @@ func (m *Manager) spawn(res proc.Resolved, master, slave *os.File, cols, rows ui
 		return nil, wire.Errorf(wire.CodeBadRequest, "cannot start %s as user %q in %q: %v", res.Path, res.User, res.Dir, err)
 	}
 	p := newPTY(pid, m.reaper, master, cols, rows, m.log)
+	p.input.ChargeTo(m.reg.Budget())
 	capacity := o.Buffer
 	if capacity == 0 {
 		capacity = stream.DefaultByteCapacity

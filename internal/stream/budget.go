@@ -57,6 +57,7 @@ type Budget struct {
 	used    int64 // sum of the charges of every stream
 	peak    int64
 	ended   int64 // held by ended streams (part of used)
+	input   int64 // queued input programs have not read (part of used)
 	waiting bool
 	changed chan struct{} // closed when memory was given back and someone waits
 
@@ -88,13 +89,14 @@ type BudgetStats struct {
 	Used  int64 // charged now: held, or set aside by running streams
 	Peak  int64 // highest Used ever
 	Ended int64 // held by ended streams
+	Input int64 // queued input programs have not read
 }
 
 // Stats returns the budget's counters.
 func (b *Budget) Stats() BudgetStats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return BudgetStats{Limit: b.limit, Used: b.used, Peak: b.peak, Ended: b.ended}
+	return BudgetStats{Limit: b.limit, Used: b.used, Peak: b.peak, Ended: b.ended, Input: b.input}
 }
 
 // take charges n more bytes if they fit, short of the floors' share.
@@ -122,6 +124,33 @@ func (b *Budget) give(n int64) {
 		close(b.changed)
 		b.changed = make(chan struct{})
 	}
+}
+
+// chargeInput charges n bytes of queued input, room or not: input within
+// its window is never refused (protocol section 5), so it is the output
+// that waits, or drops, for it. A nil budget charges nothing.
+func (b *Budget) chargeInput(n int64) {
+	if b == nil || n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.input += n
+	b.used += n
+	b.peak = max(b.peak, b.used)
+	b.high = max(b.high, b.used)
+	b.mu.Unlock()
+}
+
+// giveInput uncharges n bytes of input the program read, or that went
+// with it.
+func (b *Budget) giveInput(n int64) {
+	if b == nil || n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.input -= n
+	b.mu.Unlock()
+	b.give(n)
 }
 
 // released records that memory was handed back to the system: the high

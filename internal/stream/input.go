@@ -52,10 +52,13 @@ type Input struct {
 	received uint64
 	written  uint64
 	closeAt  int64 // an end of input waiting for received to get there; -1 none
-	// progress reports the cursor to the client feeding the input.
-	progress   func(received, written uint64)
+	// progress reports the cursor to every connection feeding the
+	// input or attached to it, by key (input_offsets.go).
+	progress   map[any]func(received, written uint64)
 	lastReport uint64
 	due        func() // a report to make once the lock is released
+	// budget, if set, is charged what the queue holds (ChargeTo).
+	budget *Budget
 	// busy runs once, the first time input queues up behind the
 	// producer (proc grows the stdin pipe then).
 	busy func()
@@ -150,14 +153,44 @@ func (in *Input) writeLocked(p []byte) error {
 			return nil
 		}
 	}
-	in.queue = append(in.queue, append([]byte(nil), p...))
-	in.queued += len(p)
+	in.enqueueLocked(p)
 	if busy := in.busy; busy != nil {
 		in.busy = nil
 		busy() // a fcntl: cheap enough under the lock
 	}
 	in.signal()
 	return nil
+}
+
+// enqueueLocked queues a copy of p for the copying goroutine.
+func (in *Input) enqueueLocked(p []byte) {
+	in.queue = append(in.queue, append([]byte(nil), p...))
+	in.queued += len(p)
+	in.budget.chargeInput(int64(len(p)))
+}
+
+// ChargeTo counts what the queue holds against b, the retention budget,
+// from now on: input a program has not read is memory the agent holds
+// like retained output, and the output of every stream yields to it.
+// Input within the window is still never refused for it (protocol
+// section 5): a queue holds at most its window and goes when its program
+// ends.
+func (in *Input) ChargeTo(b *Budget) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.budget = b
+	b.chargeInput(int64(in.queued))
+}
+
+// Ended reports whether the input takes nothing more: its program ended,
+// a write failed, or its end was written.
+func (in *Input) Ended() bool {
+	select {
+	case <-in.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // CloseInput refuses further writes and closes the producer's input once
@@ -213,9 +246,19 @@ func (in *Input) signal() {
 
 func (in *Input) run() {
 	defer close(in.done)
-	defer func() { // writers waiting for room learn that the input ended
+	defer func() {
 		in.mu.Lock()
-		in.roomLocked()
+		// What the producer will never read is let go of now, not when
+		// the stream expires: a program that never read its stdin would
+		// otherwise keep its whole queue for ten minutes after its end.
+		for i := range in.queue {
+			in.queue[i] = nil
+		}
+		in.queue = nil
+		in.budget.giveInput(int64(in.queued))
+		in.queued = 0
+		in.progress = nil
+		in.roomLocked() // writers waiting for room learn that the input ended
 		in.mu.Unlock()
 	}()
 	for {
@@ -248,6 +291,7 @@ func (in *Input) run() {
 		in.queue[0] = nil
 		in.queue = in.queue[1:]
 		in.queued -= len(p)
+		in.budget.giveInput(int64(len(p)))
 		if err != nil && in.failed == nil {
 			in.failed = err
 		}

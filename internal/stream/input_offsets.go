@@ -85,23 +85,46 @@ func (in *Input) Cursors() (received, written uint64) {
 	return in.received, in.written
 }
 
-// OnProgress has fn told the cursors every InputProgressEvery written
-// bytes; it replaces the function before (a new connection feeds the
-// input). fn runs without the Input's lock, one report at a time per
-// writer: reports may arrive out of order, the newest counts.
-func (in *Input) OnProgress(fn func(received, written uint64)) {
+// Subscribe has fn told the cursors every InputProgressEvery written
+// bytes, under key (a connection), beside every other subscriber: the
+// connections that feed the input or are attached to it are each told,
+// whatever the others do. fn runs without the Input's lock, so it must
+// not wait (a connection that does not read must not hold up the input);
+// reports may arrive out of order, the newest counts.
+func (in *Input) Subscribe(key any, fn func(received, written uint64)) {
 	in.mu.Lock()
-	defer in.unlock()
-	in.progress = fn
-	in.lastReport = in.written
+	defer in.mu.Unlock()
+	if in.failed != nil {
+		return // no more reports
+	}
+	if in.progress == nil {
+		in.progress = map[any]func(received, written uint64){}
+	}
+	in.progress[key] = fn
+}
+
+// Unsubscribe stops the reports to key.
+func (in *Input) Unsubscribe(key any) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	delete(in.progress, key)
 }
 
 // reportLocked makes a report due once enough was written since the last.
 func (in *Input) reportLocked() {
-	if in.progress != nil && in.written-in.lastReport >= InputProgressEvery {
-		in.lastReport = in.written
-		fn, r, w := in.progress, in.received, in.written
-		in.due = func() { fn(r, w) }
+	if len(in.progress) == 0 || in.written-in.lastReport < InputProgressEvery {
+		return
+	}
+	in.lastReport = in.written
+	fns := make([]func(received, written uint64), 0, len(in.progress))
+	for _, fn := range in.progress {
+		fns = append(fns, fn)
+	}
+	r, w := in.received, in.written
+	in.due = func() {
+		for _, fn := range fns {
+			fn(r, w)
+		}
 	}
 }
 
@@ -116,8 +139,7 @@ func (in *Input) WriteWait(ctx context.Context, p []byte) error {
 			err := in.writeLocked(p)
 			if err == ErrInputFull { // larger than the queue: it is empty now
 				in.received += uint64(len(p))
-				in.queue = append(in.queue, append([]byte(nil), p...))
-				in.queued += len(p)
+				in.enqueueLocked(p)
 				in.signal()
 				err = nil
 			}

@@ -28,7 +28,7 @@ func TestInputAtOffsets(t *testing.T) {
 	defer in.Stop()
 	var mu sync.Mutex
 	var reports [][2]uint64
-	in.OnProgress(func(received, written uint64) {
+	in.Subscribe(t, func(received, written uint64) {
 		mu.Lock()
 		reports = append(reports, [2]uint64{received, written})
 		mu.Unlock()
@@ -127,7 +127,7 @@ func TestInputProgressReportsWhatWasWritten(t *testing.T) {
 	type report struct{ received, written, consumed uint64 }
 	var mu sync.Mutex
 	var reports []report
-	in.OnProgress(func(received, written uint64) {
+	in.Subscribe(t, func(received, written uint64) {
 		mu.Lock()
 		reports = append(reports, report{received, written, uint64(consumed.Load())})
 		mu.Unlock()
