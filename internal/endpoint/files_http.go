@@ -73,7 +73,7 @@ func (s *Server) handleFileGet(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "format must be \"tar\" (for a directory), got %q", q["format"]))
 		return
 	}
-	f, err := s.cfg.Files.Open(q["user"], q["path"])
+	f, err := s.cfg.Files.Open(surface.ClientOf(r), q["user"], q["path"])
 	if errors.Is(err, files.ErrIsDir) {
 		writeError(w, http.StatusBadRequest, wire.Errorf(wire.CodeBadRequest, "%v: add format=tar to download it as a tar archive", err))
 		return
@@ -105,7 +105,7 @@ func (s *Server) serveTar(w http.ResponseWriter, r *http.Request, q map[string]s
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	if err := s.cfg.Files.WriteTar(q["user"], info.Path, w); err != nil {
+	if err := s.cfg.Files.WriteTar(surface.ClientOf(r), q["user"], info.Path, w); err != nil {
 		s.log.Debug("tar download failed", zap.Error(err))
 		// The status is sent: abort the response so the client sees a
 		// failed transfer, not an archive with files missing.

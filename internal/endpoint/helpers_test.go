@@ -3,6 +3,8 @@ package endpoint
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"sync"
@@ -133,10 +135,19 @@ type rawConn struct {
 	hello map[string]any
 }
 
-func (a *testAgent) dial(t testing.TB) *rawConn {
+func (a *testAgent) dial(t testing.TB) *rawConn { return a.dialFrom(t, "") }
+
+// dialFrom connects from a loopback address of its own (127.0.0.2, ...;
+// "" for the default): another client, as the agent tells them apart.
+func (a *testAgent) dialFrom(t testing.TB, from string) *rawConn {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, a.url+"/v1/connect?access_token="+testToken, nil)
+	var opts *websocket.DialOptions
+	if from != "" {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		opts = &websocket.DialOptions{HTTPClient: &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}}
+	}
+	c, _, err := websocket.Dial(ctx, a.url+"/v1/connect?access_token="+testToken, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

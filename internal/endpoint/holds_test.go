@@ -304,8 +304,8 @@ func TestHoldErrors(t *testing.T) {
 
 // The agent keeps at most traffic.MaxLeases leases and traffic.MaxHolds
 // stream holds: beyond, `hold` and keep_awake answer `limit`, and a
-// refused keep_awake starts nothing. Leases, many connections' together,
-// never take a stream's room.
+// refused keep_awake starts nothing. Leases, many connections' (and
+// clients') together, never take a stream's room.
 func TestTooManyHolds(t *testing.T) {
 	clock := traffictest.NewClock()
 	counter := traffic.NewCounterWithClock(clock)
@@ -313,12 +313,12 @@ func TestTooManyHolds(t *testing.T) {
 	var rc *rawConn
 	var last any
 	for i := range traffic.MaxLeases {
-		if i%traffic.MaxLeasesPerOwner == 0 {
-			rc = a.dial(t)
+		if i%traffic.MaxLeasesPerConn == 0 {
+			rc = a.dialFrom(t, fmt.Sprintf("127.0.0.%d", 2+i/traffic.MaxLeasesPerClient))
 		}
 		last = result(t, rc.call(map[string]any{"op": "hold", "ttl_ms": 60000}))["hold"]
 	}
-	rc = a.dial(t)
+	rc = a.dialFrom(t, "127.0.0.100")
 	resp := rc.call(map[string]any{"op": "hold", "ttl_ms": 60000})
 	if e, _ := resp["error"].(map[string]any); errorCode(resp) != "limit" || !strings.Contains(fmt.Sprint(e["message"]), "release one") {
 		t.Fatalf("a lease beyond the cap: %v", resp)
@@ -370,7 +370,7 @@ func TestTooManyHolds(t *testing.T) {
 func TestHoldsFair(t *testing.T) {
 	a, _ := newIdleAgent(t)
 	greedy := a.dial(t)
-	for range traffic.MaxLeasesPerOwner {
+	for range traffic.MaxLeasesPerConn {
 		result(t, greedy.call(map[string]any{"op": "hold", "ttl_ms": 60000}))
 	}
 	resp := greedy.call(map[string]any{"op": "hold", "ttl_ms": 60000})
@@ -384,4 +384,26 @@ func TestHoldsFair(t *testing.T) {
 		t.Fatalf("keep_awake made no hold: %v", cmd)
 	}
 	result(t, other.call(map[string]any{"op": "signal", "stream": cmd["stream"], "signal": "SIGKILL"}))
+}
+
+// A client's connections together are refused beyond the client's share
+// of leases, however many it opens; another client (another address)
+// still makes its own.
+func TestHoldsFairAcrossConnections(t *testing.T) {
+	a, _ := newIdleAgent(t)
+	var greedy *rawConn
+	for i := range traffic.MaxLeasesPerClient {
+		if i%traffic.MaxLeasesPerConn == 0 {
+			greedy = a.dialFrom(t, "127.0.0.2")
+		}
+		result(t, greedy.call(map[string]any{"op": "hold", "ttl_ms": 60000}))
+	}
+	resp := a.dialFrom(t, "127.0.0.2").call(map[string]any{"op": "hold", "ttl_ms": 60000})
+	if e, _ := resp["error"].(map[string]any); errorCode(resp) != "limit" || !strings.Contains(fmt.Sprint(e["message"]), "this client (127.0.0.2)") {
+		t.Fatalf("a lease beyond the client's share, on a new connection: %v", resp)
+	}
+	other := a.dialFrom(t, "127.0.0.3")
+	for range traffic.MaxLeasesPerConn {
+		result(t, other.call(map[string]any{"op": "hold", "ttl_ms": 60000}))
+	}
 }

@@ -241,7 +241,7 @@ func (s *Server) opFileRead(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := files.ReadOptions{Offset: p.Offset, Length: p.Length, Buffer: p.Buffer, Grace: grace}
+	o := files.ReadOptions{Offset: p.Offset, Length: p.Length, Buffer: p.Buffer, Grace: grace, Client: c.ss.client}
 	return s.create(c, p.Attach, func() (*stream.Stream, map[string]any, error) {
 		tr, err := s.cfg.Files.ReadStream(p.User, p.Path, o)
 		if err != nil {

@@ -38,7 +38,7 @@ func (s *Server) opHold(c *call) (any, error) {
 	}
 	ttl := time.Duration(*p.TTLMs) * time.Millisecond
 	if p.Hold == nil {
-		info, err := s.cfg.Traffic.Holds().Lease(ttl, c.ss)
+		info, err := s.cfg.Traffic.Holds().Lease(ttl, traffic.Owner{Conn: c.ss, Client: c.ss.client})
 		return info, holdError(err)
 	}
 	if *p.Hold == "" {

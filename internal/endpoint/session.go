@@ -40,6 +40,7 @@ const (
 type Session struct {
 	srv    *Server
 	conn   *websocket.Conn
+	client string          // who the connection is from, for shares (surface.ClientOf)
 	sock   syscall.RawConn // conn's socket, nil if none (sendroom.go)
 	log    *zap.Logger
 	ctx    context.Context
@@ -115,7 +116,7 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 	conn.SetReadLimit(wire.MaxMessage)
 	ctx, cancel := context.WithCancel(context.Background())
 	ss := &Session{
-		srv: s, conn: conn, sock: surface.RawSocket(hc.conn), log: s.log, ctx: ctx, cancel: cancel,
+		srv: s, conn: conn, client: surface.ClientOf(r), sock: surface.RawSocket(hc.conn), log: s.log, ctx: ctx, cancel: cancel,
 		ctrl: make(chan outFrame, controlQueue), data: make(chan outFrame, dataQueue),
 		sem: make(chan struct{}, maxInflightOps), ordered: make(chan func(), maxInflightOps),
 		atts: make(map[uint64]*attachment), writerDone: make(chan struct{}), reportsDue: make(chan struct{}, 1),

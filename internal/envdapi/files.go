@@ -46,7 +46,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request) {
 		writeFileStatus(w, err)
 		return
 	}
-	f, err := s.cfg.Files.Open(b.as, b.path(path))
+	f, err := s.cfg.Files.Open(surface.ClientOf(r), b.as, b.path(path))
 	if err != nil {
 		writeFileStatus(w, err)
 		return

@@ -50,7 +50,7 @@ type (
 		Privileged(u files.User) bool
 		MoveWith(user, from, to string, o files.MoveOptions) error
 		Remove(user, path string, recursive bool) error
-		Open(user, path string) (*files.File, error)
+		Open(client, user, path string) (*files.File, error)
 		Stage(user string, o files.WriteOptions) *files.Staged
 	}
 )

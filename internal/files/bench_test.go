@@ -233,7 +233,7 @@ func BenchmarkWriteTar(b *testing.B) {
 				needRoot(b)
 			}
 			for range b.N {
-				if err := m.WriteTar(user, dir, io.Discard); err != nil {
+				if err := m.WriteTar("", user, dir, io.Discard); err != nil {
 					b.Fatal(err)
 				}
 			}

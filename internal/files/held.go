@@ -31,29 +31,86 @@ func heldBudget() int {
 	return int(max(rl.Cur/8, 64))
 }
 
-// holdSlot takes one descriptor of the budget for path's open.
-func (m *Manager) holdSlot(path string) error {
-	select {
-	case m.held <- struct{}{}:
-		return nil
-	default:
-	}
-	t := time.NewTimer(heldWait)
-	defer t.Stop()
-	select {
-	case m.held <- struct{}{}:
-		return nil
-	case <-t.C:
-		return newErr("read", path, ErrBusy, fmt.Errorf("%d files are open for transfers, the most at once, for %v", cap(m.held), heldWait))
+// heldSlots counts the descriptors transfers hold, in all and by client
+// (the address a request came from: surface.ClientOf). No client holds
+// more than half of them: one client with thousands of stalled downloads
+// leaves the other half to everybody else, where it used to make every
+// download on every surface wait and fail.
+type heldSlots struct {
+	max, share int
+
+	mu    sync.Mutex
+	used  int
+	by    map[string]int
+	freed chan struct{} // closed and replaced when a slot is given back
+}
+
+func newHeldSlots(n int) *heldSlots {
+	return &heldSlots{max: n, share: max(n/2, 1), by: map[string]int{}, freed: make(chan struct{})}
+}
+
+// take claims a slot for client, waiting up to wait for one; the error
+// says which bound was met.
+func (h *heldSlots) take(client string, wait time.Duration) error {
+	var t *time.Timer
+	for {
+		h.mu.Lock()
+		if h.used < h.max && h.by[client] < h.share {
+			h.used++
+			h.by[client]++
+			h.mu.Unlock()
+			return nil
+		}
+		own, freed := h.by[client], h.freed
+		h.mu.Unlock()
+		if t == nil {
+			t = time.NewTimer(wait)
+			defer t.Stop()
+		}
+		select {
+		case <-freed:
+		case <-t.C:
+			if own >= h.share {
+				return fmt.Errorf("this client (%s) holds %d files open for transfers, its share of the %d the agent holds at once, for %v", clientName(client), own, h.max, wait)
+			}
+			return fmt.Errorf("%d files are open for transfers, the most at once, for %v", h.max, wait)
+		}
 	}
 }
 
-func (m *Manager) releaseSlot() { <-m.held }
+// give returns client's slot.
+func (h *heldSlots) give(client string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.used--
+	if h.by[client]--; h.by[client] <= 0 {
+		delete(h.by, client)
+	}
+	close(h.freed)
+	h.freed = make(chan struct{})
+}
 
-// openHeld opens path for reading as u, on the budget; closeHeld closes
-// it and gives its descriptor back.
-func (m *Manager) openHeld(u User, path string) (*os.File, error) {
-	if err := m.holdSlot(path); err != nil {
+func clientName(c string) string {
+	if c == "" {
+		return "unknown address"
+	}
+	return c
+}
+
+// holdSlot takes one descriptor of the budget for client's open of path.
+func (m *Manager) holdSlot(client, path string) error {
+	if err := m.held.take(client, heldWait); err != nil {
+		return newErr("read", path, ErrBusy, err)
+	}
+	return nil
+}
+
+func (m *Manager) releaseSlot(client string) { m.held.give(client) }
+
+// openHeld opens path for reading as u, on client's budget; closeHeld
+// closes it and gives its descriptor back.
+func (m *Manager) openHeld(client string, u User, path string) (*os.File, error) {
+	if err := m.holdSlot(client, path); err != nil {
 		return nil, err
 	}
 	var f *os.File
@@ -78,25 +135,27 @@ func (m *Manager) openHeld(u User, path string) (*os.File, error) {
 		return nil
 	})
 	if err != nil {
-		m.releaseSlot()
+		m.releaseSlot(client)
 		return nil, err
 	}
 	return f, nil
 }
 
-func (m *Manager) closeHeld(f *os.File) {
+func (m *Manager) closeHeld(client string, f *os.File) {
 	f.Close()
-	m.releaseSlot()
+	m.releaseSlot(client)
 }
 
-// heldFile gives a File's descriptor back to the budget once, at Close.
+// heldFile gives a File's descriptor back to its client's budget once,
+// at Close.
 type heldFile struct {
-	once sync.Once
-	m    *Manager
+	once   sync.Once
+	m      *Manager
+	client string
 }
 
 func (h *heldFile) release() {
 	if h != nil {
-		h.once.Do(h.m.releaseSlot)
+		h.once.Do(func() { h.m.releaseSlot(h.client) })
 	}
 }

@@ -21,7 +21,7 @@ func TestNoMagicLinksAsAnotherUser(t *testing.T) {
 	private := t.TempDir() // 0700, root's
 	secret := filepath.Join(private, "secret")
 	writeFile(t, secret, "root's")
-	held, err := m.Open("", secret) // root's download, in progress
+	held, err := m.Open("", "", secret) // root's download, in progress
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestNoMagicLinksAsAnotherUser(t *testing.T) {
 		"/proc/self/fd/" + dfd + "/secret",
 		link,
 	} {
-		f, err := m.Open("nobody", p)
+		f, err := m.Open("", "nobody", p)
 		if err == nil {
 			b, _ := io.ReadAll(f)
 			f.Close()
@@ -69,7 +69,7 @@ func TestNoMagicLinksAsAnotherUser(t *testing.T) {
 		t.Errorf("mkdir through the held directory as nobody: %v", err)
 	}
 	// The agent itself reads what it holds, and nobody what nobody may.
-	f, err := m.Open("", "/proc/self/fd/"+fd)
+	f, err := m.Open("", "", "/proc/self/fd/"+fd)
 	if err != nil {
 		t.Fatalf("the agent's own read through its fd: %v", err)
 	}

@@ -60,7 +60,7 @@ type Manager struct {
 	// each holds an OS thread (identity_linux.go).
 	identities chan struct{}
 	// held counts the descriptors transfers hold open (held.go).
-	held chan struct{}
+	held *heldSlots
 
 	mu        sync.Mutex
 	closed    bool
@@ -84,7 +84,7 @@ func New(o Options) (*Manager, error) {
 	m := &Manager{
 		reg: o.Registry, users: o.Users, log: o.Logger, adminGroup: o.AdminGroup, self: self, restoreIDs: restoreIDs,
 		umask: processUmask(), transfers: map[*stream.Stream]struct{}{},
-		identities: make(chan struct{}, identityThreads), held: make(chan struct{}, heldBudget()),
+		identities: make(chan struct{}, identityThreads), held: newHeldSlots(heldBudget()),
 	}
 	if o.StateDir != "" {
 		if m.journal, err = openJournal(filepath.Join(o.StateDir, "files-temp"), o.Logger); err != nil {

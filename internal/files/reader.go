@@ -32,15 +32,17 @@ func (f *File) Close() error {
 	return err
 }
 
-// Open opens the regular file at path for reading as the user. A
-// directory is ErrIsDir; a device, FIFO or socket is ErrNotRegular (and
-// is not opened: opening some devices has effects).
-func (m *Manager) Open(userName, path string) (*File, error) {
+// Open opens the regular file at path for reading as the user, for
+// client (the address the request came from, surface.ClientOf: its
+// descriptor counts against that client's share of the files transfers
+// hold, held.go). A directory is ErrIsDir; a device, FIFO or socket is
+// ErrNotRegular (and is not opened: opening some devices has effects).
+func (m *Manager) Open(client, userName, path string) (*File, error) {
 	u, p, err := m.resolve("read", userName, path)
 	if err != nil {
 		return nil, err
 	}
-	if err := m.holdSlot(p); err != nil {
+	if err := m.holdSlot(client, p); err != nil {
 		return nil, err
 	}
 	var f *File
@@ -75,7 +77,7 @@ func (m *Manager) Open(userName, path string) (*File, error) {
 			osf.Close()
 			return newErr("read", p, nil, err)
 		}
-		f = &File{File: osf, Info: m.infoOf(p, fi, InfoOptions{}), Sized: true, held: &heldFile{m: m}}
+		f = &File{File: osf, Info: m.infoOf(p, fi, InfoOptions{}), Sized: true, held: &heldFile{m: m, client: client}}
 		if fi.Size() == 0 {
 			var sfs unix.Statfs_t
 			f.Sized = unix.Fstatfs(fd, &sfs) != nil || !virtualFS(sfs.Type)
@@ -83,7 +85,7 @@ func (m *Manager) Open(userName, path string) (*File, error) {
 		return nil
 	})
 	if err != nil {
-		m.releaseSlot()
+		m.releaseSlot(client)
 		return nil, err
 	}
 	m.named(&f.Info)

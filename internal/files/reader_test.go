@@ -23,7 +23,7 @@ func TestServe(t *testing.T) {
 	p := filepath.Join(dir, "page.html")
 	writeFile(t, p, "<p>hello</p>")
 	serve := func(path, method, rng string) *httptest.ResponseRecorder {
-		f, err := m.Open("", path)
+		f, err := m.Open("", "", path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,40 +61,40 @@ func TestServe(t *testing.T) {
 // (limit), and a close gives its descriptor back.
 func TestHeldFilesCounted(t *testing.T) {
 	m, _ := newManager(t)
-	m.held = make(chan struct{}, 2)
+	m.held = &heldSlots{max: 2, share: 2, by: map[string]int{}, freed: make(chan struct{})} // one client may take all
 	old := heldWait
 	heldWait = 50 * time.Millisecond
 	defer func() { heldWait = old }()
 	dir := t.TempDir()
 	p := filepath.Join(dir, "f")
 	os.WriteFile(p, []byte("x"), 0o644)
-	a, err := m.Open("", p)
+	a, err := m.Open("", "", p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := m.Open("", p)
+	b, err := m.Open("", "", p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Open("", p); !errors.Is(err, ErrBusy) || Code(err) != wire.CodeLimit || strings.Contains(err.Error(), "other users") {
+	if _, err := m.Open("", "", p); !errors.Is(err, ErrBusy) || Code(err) != wire.CodeLimit || strings.Contains(err.Error(), "other users") {
 		t.Fatalf("a third open on a budget of two: %v", err)
 	}
 	var buf bytes.Buffer
-	if err := m.WriteTar("", dir, &buf); !errors.Is(err, ErrBusy) {
+	if err := m.WriteTar("", "", dir, &buf); !errors.Is(err, ErrBusy) {
 		t.Fatalf("a tar of a file on a spent budget: %v", err)
 	}
 	a.Close()
 	a.Close() // twice: gives back one
-	c, err := m.Open("", p)
+	c, err := m.Open("", "", p)
 	if err != nil {
 		t.Fatalf("after a close: %v", err)
 	}
-	if _, err := m.Open("", p); !errors.Is(err, ErrBusy) {
+	if _, err := m.Open("", "", p); !errors.Is(err, ErrBusy) {
 		t.Fatalf("a second Close gave back another descriptor: %v", err)
 	}
 	b.Close()
 	c.Close()
-	if err := m.WriteTar("", dir, &buf); err != nil {
+	if err := m.WriteTar("", "", dir, &buf); err != nil {
 		t.Fatalf("a tar once files are closed: %v", err)
 	}
 }

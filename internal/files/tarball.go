@@ -15,8 +15,9 @@ import (
 // or a file that shrinks while it is archived, ends the archive with an
 // error before its end-of-archive marker: the caller must make the
 // transfer fail (the HTTP route aborts the response), since a tar reader
-// may take an archive cut between entries for a complete one.
-func (m *Manager) WriteTar(userName, path string, w io.Writer) error {
+// may take an archive cut between entries for a complete one. Each file
+// is held open on client's share (held.go) while it is written.
+func (m *Manager) WriteTar(client, userName, path string, w io.Writer) error {
 	u, p, err := m.resolve("read", userName, path)
 	if err != nil {
 		return err
@@ -35,7 +36,7 @@ func (m *Manager) WriteTar(userName, path string, w io.Writer) error {
 		return err
 	}
 	tw := tar.NewWriter(w)
-	if err := m.tarDir(u, tw, p, p); err != nil {
+	if err := m.tarDir(client, u, tw, p, p); err != nil {
 		return err
 	}
 	return tw.Close()
@@ -53,7 +54,7 @@ type tarItem struct {
 // directory's in one go and each file's open: the writes to w, which
 // wait on the client, run as the agent, on no borrowed thread, so slow
 // readers hold no OS threads however many they are.
-func (m *Manager) tarDir(u User, tw *tar.Writer, root, dir string) error {
+func (m *Manager) tarDir(client string, u User, tw *tar.Writer, root, dir string) error {
 	var items []tarItem
 	err := m.as(u, func() error {
 		entries, err := os.ReadDir(dir)
@@ -78,11 +79,11 @@ func (m *Manager) tarDir(u User, tw *tar.Writer, root, dir string) error {
 		return err
 	}
 	for _, it := range items {
-		if err := m.tarEntry(u, tw, root, it); err != nil {
+		if err := m.tarEntry(client, u, tw, root, it); err != nil {
 			return err
 		}
 		if it.info.IsDir() {
-			if err := m.tarDir(u, tw, root, it.path); err != nil {
+			if err := m.tarDir(client, u, tw, root, it.path); err != nil {
 				return err
 			}
 		}
@@ -90,7 +91,7 @@ func (m *Manager) tarDir(u User, tw *tar.Writer, root, dir string) error {
 	return nil
 }
 
-func (m *Manager) tarEntry(u User, tw *tar.Writer, root string, it tarItem) error {
+func (m *Manager) tarEntry(client string, u User, tw *tar.Writer, root string, it tarItem) error {
 	fi, q := it.info, it.path
 	if fi.Mode()&fs.ModeSocket != 0 {
 		return nil
@@ -114,10 +115,10 @@ func (m *Manager) tarEntry(u User, tw *tar.Writer, root string, it tarItem) erro
 		// unreadable file fails the archive before a header without
 		// content; read as the agent, since the descriptor carries the
 		// permission.
-		if f, err = m.openHeld(u, q); err != nil {
+		if f, err = m.openHeld(client, u, q); err != nil {
 			return err
 		}
-		defer m.closeHeld(f)
+		defer m.closeHeld(client, f)
 	}
 	if err := tw.WriteHeader(hdr); err != nil {
 		return err

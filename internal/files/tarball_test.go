@@ -20,7 +20,7 @@ func TestWriteTar(t *testing.T) {
 	writeFile(t, filepath.Join(root, "sub/b.bin"), strings.Repeat("b", 100000))
 	os.Symlink("../a.txt", filepath.Join(root, "sub/link"))
 	var buf bytes.Buffer
-	if err := m.WriteTar("", root, &buf); err != nil {
+	if err := m.WriteTar("", "", root, &buf); err != nil {
 		t.Fatal(err)
 	}
 	tr := tar.NewReader(&buf)
@@ -57,8 +57,8 @@ func TestWriteTar(t *testing.T) {
 	if strings.Join(got, " ") != "a.txt sub/ sub/b.bin sub/empty/ sub/link" {
 		t.Fatalf("entries %q", got)
 	}
-	wantKind(t, m.WriteTar("", filepath.Join(root, "a.txt"), io.Discard), ErrNotDir)
-	wantKind(t, m.WriteTar("", filepath.Join(root, "nope"), io.Discard), ErrNotFound)
+	wantKind(t, m.WriteTar("", "", filepath.Join(root, "a.txt"), io.Discard), ErrNotDir)
+	wantKind(t, m.WriteTar("", "", filepath.Join(root, "nope"), io.Discard), ErrNotFound)
 }
 
 // TestWriteTarUnreadable: an entry the user cannot read fails the archive
@@ -73,7 +73,7 @@ func TestWriteTarUnreadable(t *testing.T) {
 	writeFile(t, filepath.Join(root, "b"), "b")
 	os.Chmod(filepath.Join(root, "b"), 0o600)
 	var buf bytes.Buffer
-	wantKind(t, m.WriteTar("nobody", root, &buf), ErrPermission)
+	wantKind(t, m.WriteTar("", "nobody", root, &buf), ErrPermission)
 	// Go's tar reader takes an archive cut at an entry boundary as
 	// complete; the missing end marker (two zero blocks) is what tells.
 	if b := buf.Bytes(); len(b) >= 1024 && bytes.Equal(b[len(b)-1024:], make([]byte, 1024)) {
@@ -109,7 +109,7 @@ func TestTarNeverOpensASwappedFIFO(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- m.tarEntry(nobody, tar.NewWriter(io.Discard), root, tarItem{path: regular, info: info})
+		done <- m.tarEntry("", nobody, tar.NewWriter(io.Discard), root, tarItem{path: regular, info: info})
 	}()
 	select {
 	case err := <-done:
@@ -134,7 +134,7 @@ func TestWriteTarListsAsTheUser(t *testing.T) {
 	writeFile(t, filepath.Join(hidden, "secret-name.txt"), "x")
 	os.Chmod(filepath.Join(hidden, "secret-name.txt"), 0o644)
 	var buf bytes.Buffer
-	wantKind(t, m.WriteTar("nobody", root, &buf), ErrPermission)
+	wantKind(t, m.WriteTar("", "nobody", root, &buf), ErrPermission)
 	if bytes.Contains(buf.Bytes(), []byte("secret-name.txt")) {
 		t.Error("the archive names a file in a directory nobody may not list")
 	}

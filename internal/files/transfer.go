@@ -37,6 +37,9 @@ type ReadOptions struct {
 	// Grace is how long the transfer waits for a client that went away
 	// before it gives up; 0 is stream.DefaultGrace, negative none.
 	Grace time.Duration
+	// Client is the address the request came from (surface.ClientOf):
+	// the open file counts against its share (held.go).
+	Client string
 }
 
 // ReadStream streams a file's content, read as the user, on a new stream
@@ -52,7 +55,7 @@ func (m *Manager) ReadStream(userName, path string, o ReadOptions) (Transfer, er
 	if o.Offset < 0 || o.Length < 0 || o.Buffer < 0 || o.Buffer > stream.MaxByteCapacity {
 		return Transfer{}, newErr("read", path, ErrInvalid, errReadRange)
 	}
-	f, err := m.Open(userName, path)
+	f, err := m.Open(o.Client, userName, path)
 	if err != nil {
 		return Transfer{}, err
 	}

@@ -35,7 +35,7 @@ func TestNobody(t *testing.T) {
 
 			_, err := m.List("nobody", "/root", 1)
 			wantKind(t, err, ErrPermission)
-			_, err = m.Open("nobody", filepath.Join(private, "secret"))
+			_, err = m.Open("", "nobody", filepath.Join(private, "secret"))
 			wantKind(t, err, ErrPermission)
 			_, err = m.Stat("nobody", filepath.Join(private, "secret"))
 			wantKind(t, err, ErrPermission)

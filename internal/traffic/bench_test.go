@@ -14,7 +14,7 @@ func BenchmarkSnapshot(b *testing.B) {
 			c, _ := newFakeCounter()
 			defer c.Close()
 			for range n {
-				if _, err := c.Holds().Lease(time.Hour, nil); err != nil {
+				if _, err := c.Holds().Lease(time.Hour, Owner{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -36,7 +36,7 @@ func BenchmarkCount(b *testing.B) {
 			c, _ := newFakeCounter()
 			defer c.Close()
 			for range n {
-				c.Holds().Lease(time.Hour, nil)
+				c.Holds().Lease(time.Hour, Owner{})
 			}
 			b.ResetTimer()
 			for range b.N {

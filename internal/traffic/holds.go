@@ -58,17 +58,27 @@ const (
 	// silent job's keep_awake is refused only when MaxHolds jobs hold.
 	MaxHolds  = 1024
 	MaxLeases = 1024
-	// MaxLeasesPerOwner bounds the leases of one owner (a connection),
-	// well below MaxLeases: one client that fills its share leaves room
-	// for the others.
-	MaxLeasesPerOwner = 64
+	// MaxLeasesPerConn bounds the leases made on one connection, and
+	// MaxLeasesPerClient those of one client (surface.ClientOf) on all
+	// its connections, well below MaxLeases: one client that fills its
+	// share, however many connections it opens, leaves room for the
+	// others.
+	MaxLeasesPerConn   = 64
+	MaxLeasesPerClient = MaxLeases / 2
 )
+
+// Owner is who makes a lease, for its shares: the connection, and the
+// client it is from. The zero Owner has no share, only the total.
+type Owner struct {
+	Conn   any
+	Client string
+}
 
 // hold is one hold. Times are monotonic.
 type hold struct {
 	id       string
 	stream   uint64 // 0 for a lease
-	owner    any    // who made a lease (a connection), for its share; nil: none
+	owner    Owner  // who made a lease, for its shares
 	created  time.Duration
 	wall     time.Time     // creation, for reports
 	ttl      time.Duration // leases only
@@ -204,8 +214,8 @@ func (hs *Holds) streamEnded(h *hold) {
 }
 
 // Lease makes a hold that counts for ttl unless renewed, on owner's
-// share of leases (nil: no share, only the total).
-func (hs *Holds) Lease(ttl time.Duration, owner any) (HoldInfo, error) {
+// shares of leases (the zero Owner: no share, only the total).
+func (hs *Holds) Lease(ttl time.Duration, owner Owner) (HoldInfo, error) {
 	if err := checkTTL(ttl); err != nil {
 		return HoldInfo{}, err
 	}
@@ -346,23 +356,36 @@ func (hs *Holds) streamRoomLocked() error {
 
 // leaseRoomLocked says whether another lease of owner fits, once
 // settled.
-func (hs *Holds) leaseRoomLocked(owner any) error {
-	all, own := 0, 0
+func (hs *Holds) leaseRoomLocked(owner Owner) error {
+	all, conn, client := 0, 0, 0
 	for _, h := range hs.holds {
-		if h.lease() {
-			all++
-			if owner != nil && h.owner == owner {
-				own++
-			}
+		if !h.lease() {
+			continue
+		}
+		all++
+		if owner.Conn != nil && h.owner.Conn == owner.Conn {
+			conn++
+		}
+		if owner != (Owner{}) && h.owner.Client == owner.Client {
+			client++
 		}
 	}
 	switch {
-	case own >= MaxLeasesPerOwner:
-		return fmt.Errorf("%w: this connection has %d leases, the most one may make; release one first", ErrTooManyHolds, MaxLeasesPerOwner)
+	case conn >= MaxLeasesPerConn:
+		return fmt.Errorf("%w: this connection has %d leases, the most one may make; release one first", ErrTooManyHolds, MaxLeasesPerConn)
+	case client >= MaxLeasesPerClient:
+		return fmt.Errorf("%w: this client (%s) has %d leases on all its connections, its share of the %d the agent keeps; release one first", ErrTooManyHolds, clientName(owner.Client), client, MaxLeases)
 	case all >= MaxLeases:
 		return fmt.Errorf("%w: the agent has %d leases; release one first", ErrTooManyHolds, MaxLeases)
 	}
 	return nil
+}
+
+func clientName(c string) string {
+	if c == "" {
+		return "unknown address"
+	}
+	return c
 }
 
 func (hs *Holds) newLocked(stream uint64) *hold {

@@ -92,7 +92,7 @@ func TestLastHoldEndStartsTheClock(t *testing.T) {
 // then.
 func TestLeaseExpires(t *testing.T) {
 	c, clock := newHeldCounter(t)
-	info, err := c.Holds().Lease(5*time.Minute, nil)
+	info, err := c.Holds().Lease(5*time.Minute, Owner{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestLeaseExpires(t *testing.T) {
 // a renewal sets the ttl from now, shorter or longer.
 func TestRenewedLeaseDoesNotExpire(t *testing.T) {
 	c, clock := newHeldCounter(t)
-	info, err := c.Holds().Lease(30*time.Second, nil)
+	info, err := c.Holds().Lease(30*time.Second, Owner{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestMaxHoldStopsCounting(t *testing.T) {
 		t.Fatal(err)
 	}
 	streamHold, _ := bindStream(t, c, 3)
-	lease, err := c.Holds().Lease(time.Hour, nil)
+	lease, err := c.Holds().Lease(time.Hour, Owner{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestMaxHoldStopsCounting(t *testing.T) {
 // goes on); releasing it again is an error.
 func TestRelease(t *testing.T) {
 	c, clock := newHeldCounter(t)
-	lease, err := c.Holds().Lease(time.Hour, nil)
+	lease, err := c.Holds().Lease(time.Hour, Owner{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestRelease(t *testing.T) {
 // their clients have time to reconnect and renew.
 func TestResumeKeepsHolds(t *testing.T) {
 	c, clock := newHeldCounter(t)
-	lease, err := c.Holds().Lease(time.Minute, nil)
+	lease, err := c.Holds().Lease(time.Minute, Owner{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,11 +235,11 @@ func TestHoldBadInput(t *testing.T) {
 	c, _ := newHeldCounter(t)
 	hs := c.Holds()
 	for _, ttl := range []time.Duration{-time.Second, 0, time.Second - 1, time.Hour + 1, 1 << 62} {
-		if _, err := hs.Lease(ttl, nil); !errors.Is(err, ErrHoldTTL) {
+		if _, err := hs.Lease(ttl, Owner{}); !errors.Is(err, ErrHoldTTL) {
 			t.Errorf("Lease(%v): %v", ttl, err)
 		}
 	}
-	lease, err := hs.Lease(time.Minute, nil)
+	lease, err := hs.Lease(time.Minute, Owner{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,11 +281,11 @@ func TestTooManyHolds(t *testing.T) {
 	var last HoldInfo
 	var err error
 	for range MaxLeases {
-		if last, err = hs.Lease(time.Minute, nil); err != nil {
+		if last, err = hs.Lease(time.Minute, Owner{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := hs.Lease(time.Minute, nil); !errors.Is(err, ErrTooManyHolds) {
+	if _, err := hs.Lease(time.Minute, Owner{}); !errors.Is(err, ErrTooManyHolds) {
 		t.Fatalf("lease beyond the cap: %v", err)
 	}
 	// Every lease taken: a stream's hold is still made.
@@ -311,7 +311,7 @@ func TestTooManyHolds(t *testing.T) {
 	if err := hs.Release(last.Hold); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := hs.Lease(time.Minute, nil); err != nil {
+	if _, err := hs.Lease(time.Minute, Owner{}); err != nil {
 		t.Fatalf("after a release: %v", err)
 	}
 	for _, r := range rs[1:] {
@@ -322,14 +322,14 @@ func TestTooManyHolds(t *testing.T) {
 	}
 }
 
-// One owner (a connection) gets MaxLeasesPerOwner leases; others still
-// get theirs, and a release gives the owner room again.
-func TestLeasesPerOwner(t *testing.T) {
+// One connection gets MaxLeasesPerConn leases; others still get theirs,
+// and a release gives the connection room again.
+func TestLeasesPerConn(t *testing.T) {
 	c, _ := newHeldCounter(t)
 	hs := c.Holds()
-	greedy, other := new(int), new(int)
+	greedy, other := Owner{Conn: new(int), Client: "10.0.0.1"}, Owner{Conn: new(int), Client: "10.0.0.1"}
 	var first HoldInfo
-	for i := range MaxLeasesPerOwner {
+	for i := range MaxLeasesPerConn {
 		info, err := hs.Lease(time.Minute, greedy)
 		if err != nil {
 			t.Fatal(err)
@@ -340,10 +340,10 @@ func TestLeasesPerOwner(t *testing.T) {
 	}
 	_, err := hs.Lease(time.Minute, greedy)
 	if !errors.Is(err, ErrTooManyHolds) || !strings.Contains(err.Error(), "this connection") {
-		t.Fatalf("a lease beyond the owner's share: %v", err)
+		t.Fatalf("a lease beyond the connection's share: %v", err)
 	}
 	if _, err := hs.Lease(time.Minute, other); err != nil {
-		t.Fatalf("another owner's lease: %v", err)
+		t.Fatalf("another connection's lease: %v", err)
 	}
 	if _, err := hs.Renew(first.Hold, time.Minute); err != nil {
 		t.Fatalf("renewing within the share: %v", err)
@@ -356,6 +356,34 @@ func TestLeasesPerOwner(t *testing.T) {
 	}
 }
 
+// One client with many connections gets MaxLeasesPerClient leases in
+// all, however many connections it opens: another client still gets its
+// own.
+func TestLeasesPerClient(t *testing.T) {
+	c, _ := newHeldCounter(t)
+	hs := c.Holds()
+	made := 0
+	for conn := 0; made < MaxLeasesPerClient; conn++ {
+		owner := Owner{Conn: new(int), Client: "10.0.0.1"}
+		for range min(MaxLeasesPerConn, MaxLeasesPerClient-made) {
+			if _, err := hs.Lease(time.Minute, owner); err != nil {
+				t.Fatalf("lease %d: %v", made, err)
+			}
+			made++
+		}
+	}
+	_, err := hs.Lease(time.Minute, Owner{Conn: new(int), Client: "10.0.0.1"})
+	if !errors.Is(err, ErrTooManyHolds) || !strings.Contains(err.Error(), "this client (10.0.0.1)") {
+		t.Fatalf("a lease beyond the client's share, on a new connection: %v", err)
+	}
+	other := Owner{Conn: new(int), Client: "10.0.0.2"}
+	for i := range MaxLeasesPerConn {
+		if _, err := hs.Lease(time.Minute, other); err != nil {
+			t.Fatalf("another client's lease %d: %v", i, err)
+		}
+	}
+}
+
 // Holds made, renewed, released and read from many goroutines, with
 // streams ending meanwhile, keep their books straight (run with -race).
 func TestHoldsConcurrently(t *testing.T) {
@@ -364,7 +392,7 @@ func TestHoldsConcurrently(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 100 {
-				l, err := c.Holds().Lease(time.Minute, nil)
+				l, err := c.Holds().Lease(time.Minute, Owner{})
 				if err != nil {
 					t.Error(err)
 					return
@@ -417,7 +445,7 @@ func clockNowMs(c *Counter) int64 { return c.clock.Now().UnixMilli() }
 // to running streams stay.
 func TestDropLeases(t *testing.T) {
 	c, _ := newHeldCounter(t)
-	if _, err := c.Holds().Lease(time.Minute, nil); err != nil {
+	if _, err := c.Holds().Lease(time.Minute, Owner{}); err != nil {
 		t.Fatal(err)
 	}
 	bindStream(t, c, 7)
