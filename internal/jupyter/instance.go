@@ -74,9 +74,11 @@ type instance struct {
 	conn          *client // set before dialed is closed; nil if dialing failed
 	status        proc.Status
 	statusWasSeen bool
-	// reseedNonce names the process's reseed handler (reseed.go); ""
-	// without one, reseedWhy says why.
+	// reseedNonce is what the process's reseed thread answers to, at
+	// its abstract socket reseedAddr (reseed.go); "" without one,
+	// reseedWhy says why.
 	reseedNonce string
+	reseedAddr  string
 	reseedWhy   string
 }
 

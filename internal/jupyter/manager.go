@@ -32,8 +32,8 @@ type Options struct {
 	// the set of kernels can be persisted. It must not call back into
 	// the Manager's mutating methods.
 	OnChange func()
-	// Reseed installs, in every Python kernel, the handler that reseeds
-	// its PRNGs on a resume (reseed.go; --reseed-on-resume).
+	// Reseed starts, in every Python kernel, the thread that reseeds its
+	// PRNGs on a resume (reseed.go; --reseed-on-resume).
 	Reseed bool
 	// MaxKernels bounds the kernels running or starting at once; a start
 	// beyond it is refused with limit. 0: no bound (the agent's flag

@@ -1,18 +1,13 @@
 package jupyter
 
 import (
-	"bufio"
 	"context"
-	"encoding/hex"
 	"fmt"
 	"net"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 )
 
 // Reseeding kernels after a resume. Every clone of a snapshot has the
@@ -21,25 +16,28 @@ import (
 // legacy global state, tempfile's name sequence. A resume is a fork of
 // the whole machine, so each Python kernel does what CPython does in a
 // child after os.fork() (random's register_at_fork hook reseeds its
-// global instance) and a little more, on a signal: it runs between two
-// bytecodes of whatever the main thread does (a running cell, a wait on
-// input(), the idle event loop), sends no message on any channel, and
-// counts as no execution. The handler is installed by a silent request
-// when the kernel (re)starts, and acknowledges each reseed with a
-// datagram to the agent's socket, naming the instance's nonce.
+// global instance) and a little more. A thread of the kernel's own,
+// started by a silent request when the kernel (re)starts, waits on a
+// datagram socket of its own and reseeds when the agent asks with the
+// instance's nonce, then acknowledges with a datagram to the agent's
+// socket: it sends no message on any channel, counts as no execution,
+// and runs whatever the main thread does (a running cell, a wait on
+// input(), the idle event loop), as soon as the main thread lets go of
+// the interpreter lock, as it does every few milliseconds of Python code
+// and in every wait. A signal would have served too, but user code that
+// sets the signal's handler (its own, or the default, which ends the
+// process) races the agent's check of it: one such kernel was killed by
+// the reseed, and one with a handler of its own made every resume wait
+// the whole bound for an acknowledgement that never came.
 
-// ReseedSignal is the signal that has a Python kernel reseed: SIGRTMIN+7
-// as glibc and CPython number it (signal.SIGRTMIN is 34). Real-time
-// signals are otherwise unused by ipykernel and by Python programs.
-const ReseedSignal = unix.Signal(41)
-
-// reseedCode installs the handler; %s are the socket address and the
-// instance's nonce as Python bytes literals. It leaves nothing in the
-// user's namespace.
-const reseedCode = `def _rayito_install(addr, nonce):
-    import signal, socket, sys
-    def reseed(signum, frame):
-        status = b'ok'
+// reseedCode starts the thread; %s are the agent's socket address, the
+// kernel's own and the instance's nonce, as Python bytes literals. It
+// leaves nothing in the user's namespace.
+const reseedCode = `def _rayito_install(agent, name, nonce):
+    import socket, sys, threading
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(name)
+    def reseed():
         try:
             import random
             random.seed()
@@ -50,17 +48,23 @@ const reseedCode = `def _rayito_install(addr, nonce):
             if tf is not None:
                 tf._name_sequence = None
         except Exception as e:
-            status = ('failed: %%s: %%s' %% (type(e).__name__, e)).encode()[:200]
-        try:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            return ('failed: %%s: %%s' %% (type(e).__name__, e)).encode()[:200]
+        return b'ok'
+    def serve():
+        while True:
             try:
-                s.sendto(nonce + b' ' + status, addr)
-            finally:
-                s.close()
-        except OSError:
-            pass
-    signal.signal(%d, reseed)
-_rayito_install(%s, %s)
+                msg = s.recv(256)
+            except OSError:
+                return
+            if msg != nonce:
+                continue
+            status = reseed()
+            try:
+                s.sendto(nonce + b' ' + status, agent)
+            except OSError:
+                pass
+    threading.Thread(target=serve, name='rayito-reseed', daemon=True).start()
+_rayito_install(%s, %s, %s)
 del _rayito_install`
 
 // reseeder is the agent's end: one datagram socket for every kernel's
@@ -117,8 +121,8 @@ func (r *reseeder) close() {
 	}
 }
 
-// installReseed has a Python kernel's new process install the handler.
-// A kernel without it is reported as not reseeded, with why.
+// installReseed has a Python kernel's new process start its reseed
+// thread. A kernel without it is reported as not reseeded, with why.
 func (k *Kernel) installReseed(inst *instance) {
 	switch {
 	case !k.m.reseedOn:
@@ -132,14 +136,14 @@ func (k *Kernel) installReseed(inst *instance) {
 		inst.reseedWhy = err.Error()
 		return
 	}
-	nonce := newID()
-	code := fmt.Sprintf(reseedCode, int(ReseedSignal), pyBytes(k.m.reseed.addr), pyBytes(nonce))
+	nonce, name := newID(), "\x00rayito-reseed-k-"+newID()
+	code := fmt.Sprintf(reseedCode, pyBytes(k.m.reseed.addr), pyBytes(name), pyBytes(nonce))
 	if err := k.silent(inst, code); err != nil {
-		inst.reseedWhy = "installing the reseed handler failed: " + err.Error()
+		inst.reseedWhy = "starting the reseed thread failed: " + err.Error()
 		k.log.Warn("a kernel will not be reseeded on resume", zap.Error(err))
 		return
 	}
-	inst.reseedNonce = nonce
+	inst.reseedNonce, inst.reseedAddr = nonce, name
 }
 
 // pyBytes writes s as a Python bytes literal.
@@ -161,8 +165,8 @@ type KernelNotReseeded struct {
 
 // Reseed has every kernel's process reseed its PRNGs, at once, and waits
 // for their acknowledgements until ctx ends. It returns the kernels that
-// did, and the ones that did not with why (dead or lost, not Python, the
-// handler replaced by user code, no answer in time).
+// did, and the ones that did not with why (dead or lost, not Python, no
+// answer in time).
 func (m *Manager) Reseed(ctx context.Context) (reseeded []string, not []KernelNotReseeded) {
 	ks := m.all()
 	results := make([]string, len(ks)) // "" reseeded, else why not
@@ -188,7 +192,7 @@ func (m *Manager) Reseed(ctx context.Context) (reseeded []string, not []KernelNo
 	return reseeded, not
 }
 
-// reseedNow signals the kernel's process and waits for its answer; skip
+// reseedNow asks the kernel's reseed thread and waits for its answer; skip
 // is true for a kernel shut down meanwhile.
 func (k *Kernel) reseedNow(ctx context.Context) (why string, skip bool) {
 	k.mu.Lock()
@@ -206,9 +210,6 @@ func (k *Kernel) reseedNow(ctx context.Context) (why string, skip bool) {
 	case inst.reseedNonce == "":
 		return inst.reseedWhy, false
 	}
-	if !catches(inst.pid, ReseedSignal) {
-		return fmt.Sprintf("the kernel no longer handles signal %d (user code replaced or reset its handler)", int(ReseedSignal)), false
-	}
 	r := &k.m.reseed
 	ch := make(chan string, 1)
 	r.mu.Lock()
@@ -219,8 +220,9 @@ func (k *Kernel) reseedNow(ctx context.Context) (why string, skip bool) {
 		delete(r.waiting, inst.reseedNonce)
 		r.mu.Unlock()
 	}()
-	if err := unix.Kill(inst.pid, ReseedSignal); err != nil {
-		return "signalling the kernel: " + err.Error(), false
+	to := &net.UnixAddr{Name: "@" + inst.reseedAddr[1:], Net: "unixgram"}
+	if _, err := r.conn.WriteToUnix([]byte(inst.reseedNonce), to); err != nil {
+		return "asking the kernel's reseed thread: " + err.Error() + " (user code closed its socket?)", false
 	}
 	select {
 	case status := <-ch:
@@ -229,31 +231,6 @@ func (k *Kernel) reseedNow(ctx context.Context) (why string, skip bool) {
 		}
 		return "", false
 	case <-ctx.Done():
-		return "no acknowledgement in time (the kernel's main thread is inside a long call, or user code replaced the handler); it reseeds when the call returns if the handler is still ours", false
+		return "no acknowledgement in time (the kernel's main thread holds the interpreter lock in one long call); its reseed thread reseeds when the call returns", false
 	}
-}
-
-// catches reports whether process pid has a handler for sig (SigCgt in
-// /proc/PID/status): sending a real-time signal to a process that does
-// not catch it would kill it.
-func catches(pid int, sig unix.Signal) bool {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		v, ok := strings.CutPrefix(sc.Text(), "SigCgt:")
-		if !ok {
-			continue
-		}
-		mask, err := hex.DecodeString(strings.TrimSpace(v))
-		if err != nil || len(mask) != 8 {
-			return false
-		}
-		bit := int(sig) - 1
-		return mask[7-bit/8]&(1<<(bit%8)) != 0
-	}
-	return false
 }
