@@ -14,6 +14,7 @@ import (
 
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/surface"
 )
 
 // keepaliveEvery is the silence after which /execute sends a keepalive
@@ -94,6 +95,10 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if s.o.Cuts.Closing() {
+		writeError(w, http.StatusServiceUnavailable, surface.ErrClosing.Error())
+		return
+	}
 	st, kernel, err := s.o.Kernels.ExecuteWith(ctx, kernelID, *req.Code, jupyter.ExecuteOptions{Env: req.EnvVars})
 	if err != nil {
 		writeErr(w, err)
@@ -105,7 +110,12 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ex := &execution{att: att, kernel: kernel, stream: st.ID}
-	gen, untrack := s.o.Cuts.Track(ex)
+	gen, untrack, err := s.o.Cuts.Track(ex)
+	if err != nil {
+		att.Close()
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
 	defer func() {
 		untrack()
 		att.Close()

@@ -96,7 +96,7 @@ var Tokens = surface.AnyOf(surface.FromHeader("X-Access-Token", "E2B-Traffic-Acc
 // answers the rest, as E2B's server does.
 func (s *Server) Surface() surface.Surface {
 	routes := surface.Counted(s.h, "/execute", "/contexts", "/contexts/")
-	return surface.Surface{Name: "codeinterp", Tokens: Tokens, Routes: routes, NotFound: s.h,
+	return surface.Surface{Name: "codeinterp", Tokens: Tokens, Routes: routes, NotFound: s.h, Lived: s.o.Cuts,
 		Refuse: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, http.StatusUnauthorized, "missing or wrong access token (send X-Access-Token, E2B-Traffic-Access-Token or Authorization: Bearer)")
 		}}

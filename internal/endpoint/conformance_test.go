@@ -161,7 +161,7 @@ func TestCreateWhileResumeCutsStartsNothing(t *testing.T) {
 	if len(sessions) != 1 {
 		t.Fatalf("%d sessions", len(sessions))
 	}
-	// The state resumeCut puts a session in before it closes it.
+	// The state a resume's Cut puts a session in before it closes it.
 	ss := sessions[0]
 	ss.stopTaking()
 	ss.handleControl([]byte(`{"id": 1, "op": "exec", "argv": ["true"]}`))

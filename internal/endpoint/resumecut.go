@@ -6,7 +6,7 @@ import (
 	"github.com/rayito/rayito-agent/internal/stream"
 )
 
-// resumeCut stops taking requests, waits until those it took are
+// Cut (a resume's: surface.Cuttable) stops taking requests, waits until those it took are
 // answered, sends `end` reason resume on every attachment, after the data
 // already queued, then closes the connection with 4000 "resumed". So a
 // request the agent read before the cut has run and its answer comes
@@ -16,7 +16,7 @@ import (
 // handed to the connection, or when ctx ends (the connection is then
 // dropped without one, and requests still running answer a repeat of
 // their op_id only).
-func (ss *Session) resumeCut(ctx context.Context, _ uint64) {
+func (ss *Session) Cut(ctx context.Context, _ uint64) {
 	if !ss.setClose(closeResumed, "resumed") {
 		return
 	}

@@ -13,9 +13,7 @@
 package endpoint
 
 import (
-	"context"
 	"net/http"
-	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -58,11 +56,6 @@ type Server struct {
 
 	// suspending: a pause is in place (suspend.go); hellos say so.
 	suspending atomic.Bool
-
-	mu       sync.Mutex
-	sessions map[*Session]struct{}
-	closing  bool
-	wg       sync.WaitGroup
 }
 
 // New builds the native protocol over the managers in cfg.
@@ -76,7 +69,7 @@ func New(cfg Config) *Server {
 	if cfg.Cuts == nil {
 		cfg.Cuts = surface.NewCuts(nil)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, sessions: make(map[*Session]struct{}), outcomes: newOutcomes(streamAlive(cfg.Streams))}
+	s := &Server{cfg: cfg, log: cfg.Logger, outcomes: newOutcomes(streamAlive(cfg.Streams))}
 	s.ops = s.buildOps()
 	return s
 }
@@ -96,38 +89,19 @@ func (s *Server) Surface() surface.Surface {
 		r.Pattern = rt.method + " /v1/files"
 		routes = append(routes, r)
 	}
-	return surface.Surface{Name: "native", Tokens: surface.AgentTokens, Routes: routes, Stop: s.stop}
+	return surface.Surface{Name: "native", Tokens: surface.AgentTokens, Routes: routes, Lived: s.cfg.Cuts}
 }
 
-// stop closes every websocket with 1001 (going away), refuses new ones
-// and waits for the sessions to end, or for ctx.
-func (s *Server) stop(ctx context.Context) {
-	s.mu.Lock()
-	s.closing = true
-	sessions := make([]*Session, 0, len(s.sessions))
-	for ss := range s.sessions {
-		sessions = append(sessions, ss)
-	}
-	s.mu.Unlock()
-	for _, ss := range sessions {
-		ss.closeWith(closeGoingAway, "agent shutting down")
-	}
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-}
-
-// Sessions returns the open websocket sessions.
+// Sessions returns the open websocket sessions (the registry of
+// long-lived connections holds them, with other surfaces' connections
+// when they share it).
 func (s *Server) Sessions() []*Session {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]*Session, 0, len(s.sessions))
-	for ss := range s.sessions {
-		out = append(out, ss)
-	}
+	var out []*Session
+	s.cfg.Cuts.Each(func(c surface.Cuttable) {
+		if ss, ok := c.(*Session); ok && ss.srv == s {
+			out = append(out, ss)
+		}
+	})
 	return out
 }
 

@@ -73,7 +73,7 @@ type Session struct {
 	closeWhy   string
 	pumps      sync.WaitGroup
 	generation uint64 // resume generation when the session opened
-	untrack    func() // leaves the resume cut's registry
+	untrack    func() // leaves the registry of long-lived connections
 	draining   bool   // a resume is closing the session: no new requests
 	cutting    bool   // a resume is ending its attachments: no new ones
 	closed     bool   // the connection is gone: no new attachments
@@ -98,10 +98,7 @@ type outFrame struct {
 }
 
 func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	closing := s.closing
-	s.mu.Unlock()
-	if closing {
+	if s.cfg.Cuts.Closing() {
 		writeError(w, http.StatusServiceUnavailable, wire.Errorf(wire.CodeUnavailable, "agent is shutting down"))
 		return
 	}
@@ -121,20 +118,14 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 		sem: make(chan struct{}, maxInflightOps), ordered: make(chan func(), maxInflightOps),
 		atts: make(map[uint64]*attachment), writerDone: make(chan struct{}), reportsDue: make(chan struct{}, 1),
 	}
-	s.mu.Lock()
-	if s.closing {
-		// Shutdown began after the check above and will not see this one.
-		s.mu.Unlock()
+	// The generation is read as the session is registered: it is either
+	// cut by a resume or opened under its generation, and either closed
+	// by a shutdown or refused here.
+	if ss.generation, ss.untrack, err = s.cfg.Cuts.Track(ss); err != nil {
 		cancel()
 		conn.Close(closeGoingAway, "agent shutting down")
 		return
 	}
-	s.sessions[ss] = struct{}{}
-	s.wg.Add(1)
-	s.mu.Unlock()
-	// The generation is read as the session is registered for the cut:
-	// it is either cut by a resume or opened under its generation.
-	ss.generation, ss.untrack = s.cfg.Cuts.Track(surface.CutFunc(ss.resumeCut))
 	s.cfg.Traffic.ConnOpened()
 	ss.run()
 }
@@ -174,13 +165,14 @@ func (ss *Session) finish() {
 	ss.mu.Unlock()
 	ss.pumps.Wait()
 	ss.unfeed()
+	ss.srv.cfg.Traffic.ConnClosed()
 	ss.untrack()
-	s := ss.srv
-	s.cfg.Traffic.ConnClosed()
-	s.mu.Lock()
-	delete(s.sessions, ss)
-	s.mu.Unlock()
-	s.wg.Done()
+}
+
+// Leave closes the session with 1001 (going away), ahead of queued data:
+// the agent is stopping (surface.Cuts.Shutdown waits for its end).
+func (ss *Session) Leave(context.Context) {
+	ss.closeWith(closeGoingAway, "agent shutting down")
 }
 
 // readLoop reads frames until the connection fails or is closed (it

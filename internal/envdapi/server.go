@@ -127,6 +127,7 @@ func (s *Server) Surface() surface.Surface {
 		Tokens: Tokens,
 		Refuse: refuse,
 		Open:   s.cfg.Open,
+		Lived:  s.cfg.Cuts,
 		Routes: []surface.Route{
 			route("/"+processconnect.ProcessName+"/", proc),
 			route("/"+filesystemconnect.FilesystemName+"/", fs),
@@ -157,7 +158,10 @@ func (l *lazyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) track(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := &call{rc: http.NewResponseController(w), done: make(chan struct{})}
-		_, untrack := s.cfg.Cuts.Track(c)
+		_, untrack, err := s.cfg.Cuts.Track(c)
+		if err != nil {
+			untrack = func() {} // shutting down: nothing will cut it
+		}
 		defer func() {
 			untrack()
 			if c.cutBy() != 0 {

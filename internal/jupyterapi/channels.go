@@ -63,10 +63,7 @@ func (s *Server) serveChannels(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.mu.Lock()
-	closing := s.closing
-	s.mu.Unlock()
-	if closing {
+	if s.o.Cuts.Closing() {
 		writeError(w, http.StatusServiceUnavailable, "the agent is shutting down")
 		return
 	}
@@ -121,17 +118,20 @@ func (s *Server) serveChannels(w http.ResponseWriter, r *http.Request) {
 	c.run()
 }
 
+// track registers c with the registry of long-lived connections (for
+// resumes and the shutdown) and as its session's open websocket; false
+// once the agent is shutting down.
 func (s *Server) track(c *channelConn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
+	_, untrack, err := s.o.Cuts.Track(c)
+	if err != nil {
 		return false
 	}
-	s.conns[c] = struct{}{}
+	c.untrack = untrack
 	if c.session != "" {
+		s.mu.Lock()
 		s.open[parkKey(c.kernel, c.session)] = c
+		s.mu.Unlock()
 	}
-	_, c.untrack = s.o.Cuts.Track(c)
 	if s.o.Traffic != nil {
 		s.o.Traffic.ConnOpened()
 	}
@@ -141,7 +141,6 @@ func (s *Server) track(c *channelConn) bool {
 func (s *Server) untrack(c *channelConn) {
 	c.untrack()
 	s.mu.Lock()
-	delete(s.conns, c)
 	if key := parkKey(c.kernel, c.session); s.open[key] == c {
 		delete(s.open, key)
 	}
@@ -272,27 +271,20 @@ func (c *channelConn) Cut(ctx context.Context, gen uint64) {
 	closeBounded(ctx, c.ws, closeResumed, "the sandbox was resumed; reconnect")
 }
 
-// stop closes every kernel websocket with 1001 (going away) and refuses
-// new ones; the agent is stopping.
-func (s *Server) stop(ctx context.Context) {
-	s.mu.Lock()
-	s.closing = true
-	conns := make([]*channelConn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
+// Leave closes the websocket with 1001 (going away): the agent is
+// stopping (surface.Cuts.Shutdown).
+func (c *channelConn) Leave(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, closeWait)
 	defer cancel()
-	var wg sync.WaitGroup
-	for _, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			closeBounded(ctx, c.ws, websocket.StatusGoingAway, "the agent is shutting down")
-		}()
-	}
-	wg.Wait()
+	closeBounded(ctx, c.ws, websocket.StatusGoingAway, "the agent is shutting down")
+}
+
+// stop lets go of the parked relays, and parks no more: the agent is
+// stopping (the registry closes the websockets themselves).
+func (s *Server) stop(context.Context) {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
 	s.closeParked()
 }
 

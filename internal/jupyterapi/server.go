@@ -85,10 +85,9 @@ type Server struct {
 	sessions sessionTable
 
 	mu      sync.Mutex
-	conns   map[*channelConn]struct{}
 	parked  map[string]*parked      // relays waiting for their session's next websocket
 	open    map[string]*channelConn // the open websocket of each session (park.go)
-	closing bool
+	closing bool                    // the agent is stopping: park no more
 }
 
 // New builds the API.
@@ -96,7 +95,7 @@ func New(o Options) *Server {
 	if o.Cuts == nil {
 		o.Cuts = surface.NewCuts(nil)
 	}
-	s := &Server{o: o, log: o.Logger, conns: map[*channelConn]struct{}{}, parked: map[string]*parked{}, open: map[string]*channelConn{}}
+	s := &Server{o: o, log: o.Logger, parked: map[string]*parked{}, open: map[string]*channelConn{}}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -130,7 +129,7 @@ var Tokens = surface.FirstOf(surface.FromAuthorization("token", "Bearer"), surfa
 // Surface is the API's routes, under /api and /kernelspecs.
 func (s *Server) Surface() surface.Surface {
 	routes := surface.Counted(s.h, "/api", "/api/", "/kernelspecs/")
-	return surface.Surface{Name: "jupyter", Tokens: Tokens, Routes: routes, Stop: s.stop,
+	return surface.Surface{Name: "jupyter", Tokens: Tokens, Routes: routes, Lived: s.o.Cuts, Stop: s.stop,
 		Refuse: func(w http.ResponseWriter, r *http.Request, err error) {
 			// jupyter_server answers API requests without a valid token so.
 			writeError(w, http.StatusForbidden, "Forbidden: missing or wrong token (send Authorization: token <T>, or ?token=<T>)")

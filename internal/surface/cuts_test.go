@@ -17,15 +17,15 @@ func TestCutsOnlyOlderGenerations(t *testing.T) {
 	gen.Store(1)
 	cs := NewCuts(gen.Load)
 	var oldCut, newCut, goneCut atomic.Uint64
-	g, untrackOld := cs.Track(CutFunc(func(_ context.Context, g uint64) { oldCut.Store(g) }))
+	g, untrackOld, _ := cs.Track(CutFunc(func(_ context.Context, g uint64) { oldCut.Store(g) }))
 	if g != 1 {
 		t.Fatalf("tracked under generation %d, want 1", g)
 	}
 	defer untrackOld()
-	_, untrackGone := cs.Track(CutFunc(func(_ context.Context, g uint64) { goneCut.Store(g) }))
+	_, untrackGone, _ := cs.Track(CutFunc(func(_ context.Context, g uint64) { goneCut.Store(g) }))
 	untrackGone()
 	gen.Store(2) // the resume publishes, then cuts
-	g, untrackNew := cs.Track(CutFunc(func(_ context.Context, g uint64) { newCut.Store(g) }))
+	g, untrackNew, _ := cs.Track(CutFunc(func(_ context.Context, g uint64) { newCut.Store(g) }))
 	defer untrackNew()
 	if g != 2 {
 		t.Fatalf("tracked after the publication under %d, want 2", g)
@@ -53,9 +53,9 @@ func TestCutsConcurrently(t *testing.T) {
 	var fast atomic.Bool
 	slow := CutFunc(func(ctx context.Context, _ uint64) { <-ctx.Done() })
 	quick := make(chan struct{})
-	_, u1 := cs.Track(slow)
+	_, u1, _ := cs.Track(slow)
 	defer u1()
-	_, u2 := cs.Track(CutFunc(func(ctx context.Context, _ uint64) { fast.Store(true); close(quick) }))
+	_, u2, _ := cs.Track(CutFunc(func(ctx context.Context, _ uint64) { fast.Store(true); close(quick) }))
 	defer u2()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -66,4 +66,56 @@ func TestCutsConcurrently(t *testing.T) {
 	if !fast.Load() {
 		t.Fatal("the quick entry was not cut")
 	}
+}
+
+// leaver is a websocket, as a shutdown sees it: Leave closes it, and it
+// is untracked a little later, when its session has ended.
+type leaver struct {
+	CutFunc
+	left    chan struct{}
+	untrack func()
+}
+
+func (l *leaver) Leave(context.Context) {
+	close(l.left)
+	go func() { time.Sleep(20 * time.Millisecond); l.untrack() }()
+}
+
+// TestCutsShutdown: a shutdown has every Leaver leave, waits until each
+// is untracked, refuses new entries, and does not wait for entries that
+// are not Leavers (requests, which the HTTP server waits for).
+func TestCutsShutdown(t *testing.T) {
+	t.Parallel()
+	cs := NewCuts(nil)
+	var ls []*leaver
+	for range 3 {
+		l := &leaver{CutFunc: func(context.Context, uint64) {}, left: make(chan struct{})}
+		_, l.untrack, _ = cs.Track(l)
+		ls = append(ls, l)
+	}
+	_, untrackRequest, _ := cs.Track(CutFunc(func(context.Context, uint64) {}))
+	defer untrackRequest()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs.Shutdown(ctx)
+	if ctx.Err() != nil {
+		t.Fatal("the shutdown waited for its bound")
+	}
+	for i, l := range ls {
+		select {
+		case <-l.left:
+		default:
+			t.Errorf("leaver %d was not told to leave", i)
+		}
+	}
+	if cs.Len() != 1 {
+		t.Errorf("%d entries after the shutdown, want the request's", cs.Len())
+	}
+	if !cs.Closing() {
+		t.Error("not closing after a shutdown")
+	}
+	if _, _, err := cs.Track(CutFunc(func(context.Context, uint64) {})); err != ErrClosing {
+		t.Errorf("tracking during the shutdown: %v", err)
+	}
+	cs.Shutdown(ctx) // again: returns
 }

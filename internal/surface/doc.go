@@ -9,6 +9,7 @@
 // host's routes and the eviction of stale connections (conns.go), a body
 // drained before an early answer (drain.go), error bodies and the one
 // table of HTTP statuses for protocol error codes (json.go, status.go),
-// and the registry of what a resume cuts (cuts.go). A surface translates
+// and the one registry of long-lived connections, which a resume cuts
+// and a shutdown closes (cuts.go). A surface translates
 // its wire format onto the managers and holds no logic of its own.
 package surface

@@ -6,6 +6,7 @@ import (
 	stdlog "log"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,8 +36,13 @@ type Surface struct {
 	// NotFound answers what no route takes on a listener the surface has
 	// to itself (ServeOnly); nil: net/http's 404.
 	NotFound http.Handler
-	// Stop, if set, ends the surface's long-lived connections when the
-	// agent shuts down, within ctx; new ones are refused by then.
+	// Lived is the registry the surface tracks its long-lived
+	// connections in (websockets, streamed calls): a shutdown closes its
+	// Leavers and refuses new entries (Cuts.Shutdown). Surfaces may share
+	// one; nil: none.
+	Lived *Cuts
+	// Stop, if set, lets go of what else the surface holds when the agent
+	// shuts down (parked relays), within ctx, beside Lived's shutdown.
 	Stop func(ctx context.Context)
 }
 
@@ -102,11 +108,11 @@ type Server struct {
 	named   map[string]*Surface
 	onState func(http.ConnState) // a test's view of connection states
 
-	mu       sync.Mutex
-	servers  []*http.Server
-	stops    []func(context.Context)
-	closing  bool
-	shutdown chan struct{}
+	mu      sync.Mutex
+	servers []*http.Server
+	stops   []func(context.Context)
+	lived   []*Cuts // the surfaces' registries, each once
+	closing bool
 }
 
 // New builds a server with no surface yet.
@@ -129,7 +135,6 @@ func New(o Options) *Server {
 	s := &Server{
 		o: o, log: o.Logger, auth: o.Auth, mux: http.NewServeMux(),
 		methods: map[string][]string{}, host: map[string]bool{}, private: map[string]bool{}, named: map[string]*Surface{},
-		shutdown: make(chan struct{}),
 	}
 	s.mux.HandleFunc("/", s.noRoute)
 	s.conns = newConns(o.MaxConns, s.log)
@@ -183,10 +188,14 @@ func (s *Server) Mount(sf Surface) {
 		}
 	}
 	s.named[sf.Name] = &sf
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if sf.Stop != nil {
-		s.mu.Lock()
 		s.stops = append(s.stops, sf.Stop)
-		s.mu.Unlock()
+	}
+	if sf.Lived != nil && !slices.Contains(s.lived, sf.Lived) {
+		s.lived = append(s.lived, sf.Lived)
+		s.stops = append(s.stops, sf.Lived.Shutdown)
 	}
 }
 
@@ -299,26 +308,12 @@ func (s *Server) serve(l net.Listener, h http.Handler) error {
 	return err
 }
 
-// Closing reports whether Shutdown has begun: surfaces refuse new
-// long-lived connections then.
-func (s *Server) Closing() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closing
-}
-
-// ShuttingDown is closed when Shutdown begins.
-func (s *Server) ShuttingDown() <-chan struct{} { return s.shutdown }
-
 // Shutdown stops accepting on every listener, has each surface end its
-// long-lived connections (Surface.Stop), and waits for the requests in
-// flight, or for ctx.
+// long-lived connections (Surface.Lived, Surface.Stop), and waits for the
+// requests in flight, or for ctx.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	if !s.closing {
-		s.closing = true
-		close(s.shutdown)
-	}
+	s.closing = true
 	servers, stops := s.servers, s.stops
 	s.mu.Unlock()
 	var wg sync.WaitGroup
