@@ -17,18 +17,13 @@ import (
 	"time"
 
 	"github.com/rayito/rayito-agent/client"
-	"github.com/rayito/rayito-agent/internal/endpoint"
-	"github.com/rayito/rayito-agent/internal/files"
-	"github.com/rayito/rayito-agent/internal/hostapi"
+	agentpkg "github.com/rayito/rayito-agent/internal/agent"
+	"github.com/rayito/rayito-agent/internal/agent/agenttest"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
-	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/surface"
-	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
-	"github.com/rayito/rayito-agent/internal/traffic"
-	"github.com/rayito/rayito-agent/internal/watch"
 )
 
 const testToken = "client-test-token"
@@ -37,25 +32,12 @@ const testToken = "client-test-token"
 // machine may be busy, so it is generous.
 const waitLong = 30 * time.Second
 
-var (
-	reaperOnce sync.Once
-	reaper     *proc.Reaper
-	reaperErr  error
-)
+// testReaper is the process's one reaper, the test agents' too.
+func testReaper(t testing.TB) *proc.Reaper { return agenttest.Reaper(t) }
 
-// testReaper is the package's one reaper: only one may run per process.
-func testReaper(t testing.TB) *proc.Reaper {
-	reaperOnce.Do(func() { reaper, reaperErr = proc.NewReaper() })
-	if reaperErr != nil {
-		t.Fatal(reaperErr)
-	}
-	return reaper
-}
-
-// agent is a real agent served in-process, with every capability:
-// commands, terminals, watches, kernels and resumes.
+// agent is a real agent served in-process, as the command builds it:
+// commands, terminals, watches, kernels, files and resumes.
 type agent struct {
-	srv     *endpoint.Server
 	cuts    *surface.Cuts
 	http    *httptest.Server
 	streams *stream.Registry
@@ -67,40 +49,8 @@ type agent struct {
 // newAgent serves a real agent in this process; limits, if given, bound
 // its retention.
 func newAgent(t testing.TB, limits ...stream.Limits) *agent {
-	streams := stream.NewRegistryWith(append(limits, stream.Limits{})[0])
-	defaults := &proc.Defaults{}
-	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
-	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
-	watches := watch.NewManager(streams, nil)
-	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: testReaper(t), Defaults: defaults})
-	var resumer *resume.Manager
-	cuts := surface.NewCuts(func() uint64 { return resumer.Generation() })
-	resumer, err := resume.New(resume.Options{Sessions: cuts, SetClock: func(time.Time) error { return nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fm, err := files.New(files.Options{Registry: streams, Users: defaults.Users(), StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	counter := traffic.NewCounter()
-	srv := endpoint.New(endpoint.Config{Version: "test", Streams: streams, Traffic: counter,
-		Procs: procs, PTYs: ptys, Watches: watches, Kernels: kernels, Files: fm, Cuts: cuts})
-	auth := surface.NewAuth(testToken)
-	kit := surface.New(surface.Options{Auth: auth, Traffic: counter})
-	kit.Mount(hostapi.New(hostapi.Config{Version: "test", Auth: auth, Streams: streams, Traffic: counter, Resume: resumer,
-		Defaults: defaults, SetClock: func(time.Time) error { return nil }}).Surface())
-	kit.Mount(srv.Surface())
-	hs := surfacetest.Serve(t, kit.Handler(), kit.Shutdown, func() {
-		kernels.Close()
-		ptys.Close()
-		watches.Close()
-		procs.Close()
-		fm.Close()
-		streams.Close()
-		counter.Close()
-	})
-	return &agent{srv: srv, cuts: cuts, http: hs, streams: streams, kernels: kernels, resume: resumer, url: "ws" + strings.TrimPrefix(hs.URL, "http")}
+	a := agenttest.New(t, agenttest.Options{Config: agentpkg.Config{Token: testToken, Retention: append(limits, stream.Limits{})[0]}})
+	return &agent{cuts: a.Cuts, http: a.HTTP, streams: a.Streams, kernels: a.Kernels, resume: a.Resumer, url: a.WS}
 }
 
 // dial connects a client with the test token; Close runs at cleanup.

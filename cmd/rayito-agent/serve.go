@@ -12,26 +12,19 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/rayito/rayito-agent/internal/codeinterp"
-	"github.com/rayito/rayito-agent/internal/endpoint"
-	"github.com/rayito/rayito-agent/internal/envdapi"
-	"github.com/rayito/rayito-agent/internal/files"
-	"github.com/rayito/rayito-agent/internal/hostapi"
+	"github.com/rayito/rayito-agent/internal/agent"
 	"github.com/rayito/rayito-agent/internal/jupyter"
-	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc"
-	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/surface"
 	"github.com/rayito/rayito-agent/internal/traffic"
-	"github.com/rayito/rayito-agent/internal/users"
-	"github.com/rayito/rayito-agent/internal/watch"
 )
 
 // config is the agent's command line, section 10 of the protocol.
@@ -347,13 +340,42 @@ func run(cfg config, log *zap.Logger) error {
 		}
 		defer ciListener.Close()
 	}
-	m, err := buildManagers(cfg, log)
+	reaper, err := proc.NewReaper()
+	if err != nil {
+		return fmt.Errorf("becoming a child subreaper: %w", err)
+	}
+	defer reaper.Close()
+	cgroups, ooms := isolate(cfg, log, reaper)
+	defer ooms.Close()
+	// The clock jump detector, once it runs, must hear of the agent's own
+	// clock changes, and a pause's auto-thaw asks it first.
+	var jump atomic.Pointer[resume.ClockJumpDetector]
+	wholeVM, wholeVMWhy := imagePolicy("--pause-whole-vm", cfg.pauseWholeVM, imageMarker)
+	if wholeVM {
+		// An agent that died during a pause left them frozen.
+		resume.ThawAllFilesystems()
+	}
+	a, err := agent.New(agent.Config{
+		Version: version, Logger: log, Token: cfg.token, Origins: cfg.origins, StateDir: cfg.stateDir,
+		DefaultUser: cfg.defaultUser, AdminGroup: cfg.adminGroup, Retention: cfg.retention,
+		MaxIdle: cfg.maxIdle, MaxHold: cfg.maxHold, MaxKernels: cfg.maxKernels, KernelStart: cfg.kernelStart,
+		Reseed: cfg.reseed, EnvdOpen: cfg.envdOpen, E2BAPI: cfg.e2bAPI,
+		Reaper: reaper, Cgroups: cgroups, SetClock: wallClock(cfg, log, &jump),
+		Resume: resume.Options{
+			KernelCheck: cfg.kernelCheck, WholeVM: wholeVM, WholeVMWhy: wholeVMWhy,
+			Detect: func() bool { d := jump.Load(); return d != nil && d.Check() },
+			Hooks:  cfg.lifecycle.hooks(reaper), LifecycleFile: cfg.lifecycle.lifecycleFilePath(),
+			ResetTCP: resetTCP(wholeVM), StaleAfter: cfg.lifecycle.staleAfter, RepairNetwork: repairNetwork(wholeVM),
+		},
+		OnNewSandbox: func(string) { renewMachineID(wholeVM, log.Named("resume")) },
+	})
 	if err != nil {
 		return err
 	}
-	defer m.close()
-	srv := buildSurfaces(cfg, log, m)
-	defer startDetectors(cfg, log, m)()
+	defer a.Close()
+	limitMemory(a.Streams.Limits().Budget)
+	srv := a.Server
+	defer startDetectors(cfg, log, a, reaper, &jump)()
 
 	if open := exposed(ls); cfg.token == "" && len(open) > 0 {
 		// A sandbox's host sets the token with its first /v1/init; until
@@ -364,7 +386,7 @@ func run(cfg config, log *zap.Logger) error {
 	log.Info("serving", zap.String("listen", listenAddr(ls[0])), zap.String("version", version),
 		zap.Uint64("fd_limit", nofile), zap.Int("max_connections", srv.MaxConns()),
 		zap.Bool("token_set", cfg.token != ""), zap.String("state_dir", cfg.stateDir),
-		zap.Uint64("resume_generation", m.resumer.Generation()))
+		zap.Uint64("resume_generation", a.Resumer.Generation()))
 	serveErr := make(chan error, len(ls)+1)
 	for i, l := range ls {
 		if i > 0 {
@@ -389,81 +411,22 @@ func run(cfg config, log *zap.Logger) error {
 	return err
 }
 
-// managers are the agent's capabilities, which every surface drives.
-type managers struct {
-	reaper   *proc.Reaper
-	streams  *stream.Registry
-	accounts *users.Accounts
-	defaults *proc.Defaults
-	procs    *proc.Manager
-	ptys     *ptymux.Manager
-	watches  *watch.Manager
-	kernels  *jupyter.Manager
-	files    *files.Manager
-	counter  *traffic.Counter
-	resumer  *resume.Manager
-	// cuts is what a resume cuts, on every surface.
-	cuts *surface.Cuts
-	// setClock sets the wall clock from the host's time, if --set-clock
-	// lets the agent.
-	setClock func(time.Time) error
-	// clockJump, once the detectors run, is the clock jump detector,
-	// which must hear of the agent's own clock changes.
-	clockJump *resume.ClockJumpDetector
-	// cgroups is the user cgroup (or why there is none); ooms tells the
-	// OOM killer's victims apart.
-	cgroups *proc.Cgroups
-	ooms    *proc.OOMKills
-	// native is the native endpoint, which a pause tells its clients
-	// through; built after the resume manager (buildSurfaces).
-	native *endpoint.Server
-}
-
-// nativeClients is the pause's way to the native endpoint's clients.
-type nativeClients struct{ m *managers }
-
-func (c nativeClients) Suspending(ctx context.Context, gen uint64) int {
-	if c.m.native == nil {
-		return 0
-	}
-	return c.m.native.Suspending(ctx, gen)
-}
-
-func (c nativeClients) Resumed(gen uint64, aborted bool) {
-	if c.m.native != nil {
-		c.m.native.Resumed(gen, aborted)
-	}
-}
-
-// userWork is what a pause freezes: the user cgroup, nil when off.
-func (m *managers) userWork() resume.UserWork {
-	if !m.cgroups.On() {
-		return nil
-	}
-	return proc.NewUserWork(m.cgroups, m.reaper)
-}
-
-// detectNow asks the clock jump detector, once, whether the VM was
-// restored (a pause's auto-thaw asks before it thaws).
-func (m *managers) detectNow() bool {
-	return m.clockJump != nil && m.clockJump.Check()
-}
-
 // isolate puts the agent in a cgroup of its own and has every user
 // process born in the user cgroup (proc.SetupCgroups), where --cgroups
 // says so and the machine allows; and tells the OOM killer's victims
 // apart. Neither is required: the log says once why isolation is off.
-func (m *managers) isolate(cfg config, log *zap.Logger) {
+func isolate(cfg config, log *zap.Logger, reaper *proc.Reaper) (*proc.Cgroups, *proc.OOMKills) {
+	var cgroups *proc.Cgroups
 	on, why := imagePolicy("--cgroups", cfg.cgroups, imageMarker)
 	if on {
-		m.cgroups = proc.SetupCgroups(proc.DefaultCgroupMount, cfg.userLimits)
-		why = m.cgroups.Off
+		cgroups = proc.SetupCgroups(proc.DefaultCgroupMount, cfg.userLimits)
+		why = cgroups.Off
 	} else {
-		m.cgroups = &proc.Cgroups{Off: why}
+		cgroups = &proc.Cgroups{Off: why}
 	}
-	if m.cgroups.On() {
-		l := m.cgroups.Limits
-		log.Info("user work isolated in its cgroup", zap.String("cgroup", m.cgroups.UserDir()), zap.Int64("memory_max", l.MemoryMax),
+	if cgroups.On() {
+		l := cgroups.Limits
+		log.Info("user work isolated in its cgroup", zap.String("cgroup", cgroups.UserDir()), zap.Int64("memory_max", l.MemoryMax),
 			zap.Int64("memory_high", l.MemoryHigh), zap.Int64("pids_max", l.PidsMax), zap.Int("cpu_weight", l.CPUWeight))
 	} else {
 		log.Info("user work is not isolated: it shares the machine with the agent on equal terms", zap.String("because", why))
@@ -472,211 +435,34 @@ func (m *managers) isolate(cfg config, log *zap.Logger) {
 	if err != nil {
 		log.Info("the OOM killer's victims cannot be told apart: they end as killed by SIGKILL", zap.Error(err))
 	}
-	m.ooms = ooms
-	m.reaper.Isolate(m.cgroups, ooms)
-	if err := m.cgroups.GuardMemory(cfg.memoryGuard, ooms, log.Named("memguard")); err != nil {
+	reaper.Isolate(cgroups, ooms)
+	if err := cgroups.GuardMemory(cfg.memoryGuard, ooms, log.Named("memguard")); err != nil {
 		log.Info("no memory guard: user work thrashing at its memory limit crawls there until it ends", zap.Error(err))
 	}
+	return cgroups, ooms
 }
 
-// buildManagers builds the capabilities and the resume manager over them.
-func buildManagers(cfg config, log *zap.Logger) (m *managers, err error) {
-	m = &managers{}
-	defer func() {
-		if err != nil {
-			m.close()
-		}
-	}()
-	if m.reaper, err = proc.NewReaper(); err != nil {
-		return nil, fmt.Errorf("becoming a child subreaper: %w", err)
-	}
-	m.isolate(cfg, log)
-	m.streams = stream.NewRegistryWith(cfg.retention)
-	limitMemory(m.streams.Limits().Budget)
-	// The accounts are one capability: commands, terminals, kernels and
-	// file operations resolve users, and the default user, through them.
-	m.accounts = users.New()
-	m.defaults = &proc.Defaults{Accounts: m.accounts}
-	m.defaults.Set(cfg.defaultUser, "", nil)
-	m.procs = proc.NewManager(m.streams, m.reaper, m.defaults, log.Named("proc"))
-	m.counter = traffic.NewCounter()
-	if err := m.counter.SetMaxIdle(cfg.maxIdle); err != nil {
-		return nil, err
-	}
-	if err := m.counter.Holds().SetMax(cfg.maxHold); err != nil {
-		return nil, err
-	}
-	m.ptys = ptymux.NewManager(m.streams, m.reaper, m.defaults, log.Named("pty"))
-	m.watches = watch.NewManagerWith(m.streams, watch.ManagerOptions{Logger: log.Named("watch"), IsTemp: files.IsTemp})
-	m.kernels = jupyter.NewManager(jupyter.Options{
-		Registry: m.streams, Reaper: m.reaper, Defaults: m.defaults, Logger: log, Reseed: cfg.reseed, MaxKernels: cfg.maxKernels, StartTimeout: cfg.kernelStart,
-		OnChange: func() {
-			if m.resumer != nil {
-				m.resumer.KernelsChanged()
-			}
-		},
-		OnLost: func(kernel string) {
-			if m.resumer != nil {
-				m.resumer.KernelLost(kernel)
-			}
-		},
-	})
-	// The resume manager cuts what every surface registers here, and
-	// the registry reads the generation the manager publishes.
-	m.cuts = surface.NewCuts(func() uint64 { return m.resumer.Generation() })
-	m.setClock = m.clockSetter(cfg, log)
-	wholeVM, wholeVMWhy := imagePolicy("--pause-whole-vm", cfg.pauseWholeVM, imageMarker)
-	if wholeVM {
-		// An agent that died during a pause left them frozen.
-		resume.ThawAllFilesystems()
-	}
-	m.resumer, err = resume.New(resume.Options{
-		StateDir: cfg.stateDir, Sessions: m.cuts, SetClock: m.setClock, Kernels: kernelHealth{m.kernels},
-		OnResume: m.counter.Resumed, KernelCheck: cfg.kernelCheck, Logger: log.Named("resume"),
-		Reseed: cfg.reseed, KernelReseed: kernelHealth{m.kernels}, OnNewSandbox: m.newSandbox(log.Named("resume"), wholeVM),
-		Clients: nativeClients{m}, UserWork: m.userWork(), UserWorkOff: m.cgroups.Off,
-		WholeVM: wholeVM, WholeVMWhy: wholeVMWhy, Detect: m.detectNow,
-		Hooks: cfg.lifecycle.hooks(m.reaper), LifecycleFile: cfg.lifecycle.lifecycleFilePath(),
-		ResetTCP: resetTCP(wholeVM), StaleAfter: cfg.lifecycle.staleAfter, RepairNetwork: repairNetwork(wholeVM),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("state dir: %w", err)
-	}
-	if m.files, err = files.New(files.Options{Registry: m.streams, Users: m.accounts, StateDir: cfg.stateDir, Logger: log.Named("files"), AdminGroup: cfg.adminGroup}); err != nil {
-		return nil, fmt.Errorf("files: %w", err)
-	}
-	if cfg.adminGroup != "" {
-		if _, err := m.accounts.GID(cfg.adminGroup); err != nil {
-			log.Info("no admin group here: the envd API does only root's file operations with the agent's rights", zap.String("admin_group", cfg.adminGroup))
-		}
-	}
-	var earlier []string
-	for _, k := range m.resumer.State().Kernels {
-		earlier = append(earlier, k.Kernel)
-	}
-	m.kernels.SkipIDs(earlier)
-	return m, nil
-}
-
-// newSandbox renews the agent's identity when the host names another
-// sandbox than the last: a new instance id, the template's ended streams,
-// retained output and leases gone; running processes, terminals, watches
-// and kernels stay (they are part of the template).
-func (m *managers) newSandbox(log *zap.Logger, wholeVM bool) func(string) {
-	return func(id string) {
-		renewMachineID(wholeVM, log)
-		old, current := m.streams.Renew()
-		leases := m.counter.Holds().DropLeases()
-		log.Info("new identity for a new sandbox", zap.String("instance", current), zap.String("previous_instance", old), zap.Int("leases_dropped", leases))
-	}
-}
-
-// clockSetter is how the agent sets the wall clock (from /v1/init or a
-// resume's time_unix_ns), if --set-clock lets it.
-func (m *managers) clockSetter(cfg config, log *zap.Logger) func(time.Time) error {
+// wallClock is how the agent sets the wall clock (from /v1/init or a
+// resume's time_unix_ns), if --set-clock lets it: through the clock jump
+// detector once it runs, which must not take the agent's own change for a
+// restore.
+func wallClock(cfg config, log *zap.Logger, jump *atomic.Pointer[resume.ClockJumpDetector]) func(time.Time) error {
 	setsClock, why := clockPolicy(cfg.setClock, imageMarker)
 	log.Info("wall clock", zap.Bool("set_from_host", setsClock), zap.String("because", why))
 	return clockSetter(setsClock, func(t time.Time) error {
-		if m.clockJump != nil {
-			return m.clockJump.SetClock(resume.SetRealtime, t)
+		if d := jump.Load(); d != nil {
+			return d.SetClock(resume.SetRealtime, t)
 		}
 		return resume.SetRealtime(t)
 	})
 }
 
-// close stops the producers (kernels politely, then terminals and
-// commands) and what holds their output.
-func (m *managers) close() {
-	if m.kernels != nil {
-		m.kernels.Close()
-	}
-	if m.ptys != nil {
-		m.ptys.Close()
-	}
-	if m.procs != nil {
-		m.procs.Close()
-	}
-	if m.watches != nil {
-		m.watches.Close()
-	}
-	if m.files != nil {
-		m.files.Close()
-	}
-	if m.counter != nil {
-		m.counter.Close()
-	}
-	if m.streams != nil {
-		m.streams.Close()
-	}
-	m.ooms.Close()
-	if m.reaper != nil {
-		m.reaper.Close()
-	}
-}
-
-// buildSurfaces mounts every surface over the managers on one server:
-// the host API, the native protocol, envd's API, jupyter_server's and the
-// code interpreter's. They share the token, the limits and the resume cut.
-func buildSurfaces(cfg config, log *zap.Logger, m *managers) *surface.Server {
-	auth := surface.NewAuth(cfg.token)
-	srv := surface.New(surface.Options{Logger: log.Named("http"), Auth: auth, Traffic: m.counter, Origins: cfg.origins})
-	srv.Mount(hostapi.New(hostapi.Config{
-		Logger: log.Named("host"), Version: version, Auth: auth, Streams: m.streams, Traffic: m.counter,
-		Resume: m.resumer, Pause: m.resumer, Defaults: m.defaults, SetClock: m.setClock, Conns: srv.Conns,
-		Metrics: func(w *hostapi.MetricsWriter) {
-			w.Metric("rayito_orphans_reaped_total", "counter", "Orphaned descendants reaped.", "", float64(m.reaper.Orphans()))
-			b := m.streams.Budget().Stats()
-			w.Metric("rayito_retention_budget_bytes", "gauge", "Memory the buffers of all streams may hold together.", "", float64(b.Limit))
-			w.Metric("rayito_retention_used_bytes", "gauge", "Retention budget in use: held by streams, or set aside by running ones.", "", float64(b.Used))
-			w.Metric("rayito_retention_ended_bytes", "gauge", "Memory held by ended streams.", "", float64(b.Ended))
-			w.Metric("rayito_retention_input_bytes", "gauge", "Input queued for programs that have not read it (part of used).", "", float64(b.Input))
-			w.Metric("rayito_streams_expired_total", "counter", "Ended streams that expired (by count, bytes, time or memory pressure).", "", float64(m.streams.Expired()))
-			on := 0.0
-			if m.cgroups.On() {
-				on = 1
-			}
-			w.Metric("rayito_isolation", "gauge", "1 if user work runs in its own limited cgroup.", "", on)
-			if m.cgroups.On() {
-				c := m.cgroups.Stats()
-				w.Metric("rayito_user_memory_bytes", "gauge", "Memory the user cgroup uses.", "", float64(c.MemoryCurrent))
-				w.Metric("rayito_user_memory_peak_bytes", "gauge", "The most memory the user cgroup used.", "", float64(c.MemoryPeak))
-				w.Metric("rayito_user_memory_max_bytes", "gauge", "The user cgroup's memory.max.", "", float64(c.MemoryMax))
-				w.Metric("rayito_user_tasks", "gauge", "Tasks in the user cgroup.", "", float64(c.Tasks))
-				w.Metric("rayito_user_oom_kills_total", "counter", "User processes the OOM killer ended.", "", float64(c.OOMKills))
-				w.Metric("rayito_user_fork_refusals_total", "counter", "Forks of user work refused at its pids.max.", "", float64(c.ForkRefusals))
-				w.Metric("rayito_user_cpu_pressure_avg10", "gauge", "Share of the last 10 s a user task waited for a CPU, percent.", "", c.CPUPressure)
-			}
-		},
-		Isolation: m.cgroups.Isolation,
-	}).Surface())
-	m.native = endpoint.New(endpoint.Config{
-		Logger: log.Named("endpoint"), Version: version, Streams: m.streams, Traffic: m.counter,
-		Procs: m.procs, PTYs: m.ptys, Watches: m.watches, Kernels: m.kernels, Files: m.files, Cuts: m.cuts,
-		Origins: cfg.origins,
-	})
-	srv.Mount(m.native.Surface())
-	srv.Mount(envdapi.New(envdapi.Config{
-		Logger: log.Named("envd"), Auth: auth, Streams: m.streams, Procs: m.procs, PTYs: m.ptys,
-		Watches: m.watches, Users: m.defaults, Files: m.files, Cuts: m.cuts, Open: cfg.envdOpen,
-	}).Surface())
-	if cfg.envdOpen {
-		log.Warn("the envd API is open: anyone who reaches the port can run commands without a token")
-	}
-	if cfg.e2bAPI {
-		srv.Mount(envdapi.NewControlPlane(auth, "local", func(env map[string]string) { m.defaults.Set("", "", env) }).Surface())
-		log.Info("answering the e2b SDK's control-plane calls (--e2b-api): E2B_API_URL may point at this agent")
-	}
-	srv.Mount(jupyterapi.New(jupyterapi.Options{Kernels: m.kernels, Traffic: m.counter, Cuts: m.cuts, Logger: log, Origins: cfg.origins}).Surface())
-	srv.Mount(codeinterp.New(codeinterp.Options{Kernels: m.kernels, Cuts: m.cuts, Logger: log}).Surface())
-	return srv
-}
-
 // startDetectors starts the resume detectors and the idle hook that the
 // flags ask for, and returns what stops them.
-func startDetectors(cfg config, log *zap.Logger, m *managers) (stop func()) {
+func startDetectors(cfg config, log *zap.Logger, a *agent.Agent, reaper *proc.Reaper, jump *atomic.Pointer[resume.ClockJumpDetector]) (stop func()) {
 	var stops []func()
 	detected := func(src resume.Source) func() {
-		return func() { go m.resumer.Resume(context.Background(), resume.Report{Source: src}) }
+		return func() { go a.Resumer.Resume(context.Background(), resume.Report{Source: src}) }
 	}
 	if cfg.detectVMGenID {
 		if l, err := resume.ListenUevents(detected(resume.SourceVMGenID)); err != nil {
@@ -692,13 +478,14 @@ func startDetectors(cfg config, log *zap.Logger, m *managers) (stop func()) {
 		}
 	}
 	if cfg.detectClock {
-		m.clockJump = resume.WatchClocks(nil, log.Named("resume"), detected(resume.SourceClock))
-		stops = append(stops, func() { m.clockJump.Close() })
+		d := resume.WatchClocks(nil, log.Named("resume"), detected(resume.SourceClock))
+		jump.Store(d)
+		stops = append(stops, func() { d.Close() })
 	}
 	if cfg.onIdle != "" {
-		w := traffic.WatchIdle(m.counter, func(s traffic.Snapshot) {
+		w := traffic.WatchIdle(a.Counter, func(s traffic.Snapshot) {
 			body, _ := json.Marshal(s)
-			st, err := m.reaper.RunHook(cfg.onIdle, body, hookTimeout)
+			st, err := reaper.RunHook(cfg.onIdle, body, hookTimeout)
 			log.Info("on-idle hook ran", zap.Int("exit_code", st.ExitCode()), zap.Error(err))
 		})
 		stops = append(stops, func() { w.Close() })
@@ -778,39 +565,4 @@ func parseUserLimits(memMax, memHigh, pidsMax, cpuWeight, ioWeight string) (proc
 	}
 	total, swap := proc.Memory()
 	return proc.UserLimitsFor(l, total, swap)
-}
-
-// kernelHealth adapts the Jupyter manager to what the resume sequence and
-// /health need.
-type kernelHealth struct{ m *jupyter.Manager }
-
-func (k kernelHealth) Check(ctx context.Context) []resume.KernelHealth {
-	k.m.Check(ctx)
-	return k.List()
-}
-
-func (k kernelHealth) Reseed(ctx context.Context) ([]string, []resume.KernelNotReseeded) {
-	ok, not := k.m.Reseed(ctx)
-	out := make([]resume.KernelNotReseeded, len(not))
-	for i, n := range not {
-		out[i] = resume.KernelNotReseeded{Kernel: n.Kernel, Reason: n.Reason}
-	}
-	return ok, out
-}
-
-func (k kernelHealth) List() []resume.KernelHealth {
-	var out []resume.KernelHealth
-	for _, info := range k.m.List() {
-		state := "alive"
-		switch info.State {
-		case jupyter.StateDead:
-			state = "dead"
-		case jupyter.StateLost:
-			state = "lost"
-		case jupyter.StateSlow:
-			state = "slow"
-		}
-		out = append(out, resume.KernelHealth{Kernel: info.Kernel, State: state})
-	}
-	return out
 }

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	agentpkg "github.com/rayito/rayito-agent/internal/agent"
+	"github.com/rayito/rayito-agent/internal/agent/agenttest"
 	"io"
 	"net/http"
 	"os"
@@ -12,15 +14,12 @@ import (
 	"time"
 
 	"github.com/rayito/rayito-agent/internal/codeinterp"
-	"github.com/rayito/rayito-agent/internal/endpoint"
-	"github.com/rayito/rayito-agent/internal/envdapi"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/proc/proctest"
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/surface"
-	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
 	"github.com/rayito/rayito-agent/internal/traffic"
 )
 
@@ -56,33 +55,18 @@ type agent struct {
 
 func newAgent(t testing.TB) *agent {
 	t.Helper()
-	streams := stream.NewRegistry(0)
-	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: reaper})
-	counter := traffic.NewCounter()
-	a := &agent{kernels: kernels, streams: streams, traffic: counter}
-	cuts := surface.NewCuts(func() uint64 { return a.resumer.Generation() })
-	resumer, err := resume.New(resume.Options{Sessions: sessionsFunc(func(ctx context.Context, gen uint64) {
-		if a.beforeCut != nil {
-			a.beforeCut()
-		}
-		cuts.CutForResume(ctx, gen)
-	}), SetClock: func(time.Time) error { return nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.resumer, a.cuts = resumer, cuts
-	api := codeinterp.New(codeinterp.Options{Kernels: kernels, Cuts: cuts})
-	auth := surface.NewAuth(testToken)
-	kit := surface.New(surface.Options{Auth: auth, Traffic: counter})
-	kit.Mount(endpoint.New(endpoint.Config{Streams: streams, Traffic: counter, Kernels: kernels, Cuts: cuts}).Surface())
-	kit.Mount(api.Surface())
+	a := &agent{}
 	// As make run serves it (--e2b-api): the SDK's control-plane calls.
-	kit.Mount(envdapi.NewControlPlane(auth, "local", func(map[string]string) {}).Surface())
-	hs := surfacetest.Serve(t, kit.Handler(), kit.Shutdown, func() {
-		kernels.Close()
-		streams.Close()
-	})
-	a.url, a.api = hs.URL, api
+	ta := agenttest.New(t, agenttest.Options{Config: agentpkg.Config{
+		Token: testToken, Reaper: reaper, E2BAPI: true,
+		CutHook: func() {
+			if a.beforeCut != nil {
+				a.beforeCut()
+			}
+		},
+	}})
+	a.url, a.api = ta.URL, ta.CodeInterp
+	a.kernels, a.streams, a.traffic, a.resumer, a.cuts = ta.Kernels, ta.Streams, ta.Counter, ta.Resumer, ta.Cuts
 	return a
 }
 
@@ -90,11 +74,6 @@ func newAgent(t testing.TB) *agent {
 func (a *agent) resume(ctx context.Context) {
 	a.resumer.Resume(ctx, resume.Report{Source: resume.SourceHost})
 }
-
-// sessionsFunc adapts a function to resume.Sessions.
-type sessionsFunc func(ctx context.Context, gen uint64)
-
-func (f sessionsFunc) CutForResume(ctx context.Context, gen uint64) { f(ctx, gen) }
 
 // do sends a request with the access token and returns the response and
 // its body.

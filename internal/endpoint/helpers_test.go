@@ -13,17 +13,12 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/rayito/rayito-agent/internal/files"
-	"github.com/rayito/rayito-agent/internal/hostapi"
-	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
-	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/surface"
 	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
 	"github.com/rayito/rayito-agent/internal/traffic"
-	"github.com/rayito/rayito-agent/internal/watch"
 	"github.com/rayito/rayito-agent/internal/wire"
 )
 
@@ -77,44 +72,9 @@ func newTestAgentWith(t testing.TB, counter *traffic.Counter, limits ...stream.L
 }
 
 func buildTestAgent(t testing.TB, counter *traffic.Counter, token string, limits stream.Limits) *testAgent {
-	streams := stream.NewRegistryWith(limits)
-	defaults := &proc.Defaults{}
-	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
-	var resumer *resume.Manager
-	cuts := surface.NewCuts(func() uint64 { return resumer.Generation() })
-	resumer, err := resume.New(resume.Options{Sessions: cuts, SetClock: func(time.Time) error { return nil }, OnResume: counter.Resumed})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
-	watches := watch.NewManagerWith(streams, watch.ManagerOptions{IsTemp: files.IsTemp})
-	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: testReaper(t), Defaults: defaults})
-	fm, err := files.New(files.Options{Registry: streams, Users: defaults.Users(), StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := New(Config{Version: "test", Streams: streams, Traffic: counter, Procs: procs,
-		PTYs: ptys, Watches: watches, Kernels: kernels, Files: fm, Cuts: cuts})
-	auth := surface.NewAuth(token)
-	kit := surface.New(surface.Options{Auth: auth, Traffic: counter})
-	surfaces := []surface.Surface{
-		hostapi.New(hostapi.Config{Version: "test", Auth: auth, Streams: streams, Traffic: counter, Resume: resumer,
-			Defaults: defaults, SetClock: func(time.Time) error { return nil }, Conns: kit.Conns}).Surface(),
-		srv.Surface(),
-	}
-	for _, sf := range surfaces {
-		kit.Mount(sf)
-	}
-	hs := surfacetest.Serve(t, kit.Handler(), kit.Shutdown, func() {
-		kernels.Close()
-		ptys.Close()
-		watches.Close()
-		procs.Close()
-		fm.Close()
-		streams.Close()
-		counter.Close()
-	})
-	return &testAgent{srv: srv, kit: kit, auth: auth, surfaces: surfaces, http: hs, streams: streams, traffic: counter, defaults: defaults, resume: resumer, url: "ws" + hs.URL[len("http"):]}
+	a := BuildAgentForTests(t, AgentForTestsOptions{Reaper: testReaper(t), Counter: counter, Token: token, Limits: limits})
+	return &testAgent{srv: a.Native, kit: a.Kit, auth: a.Auth, surfaces: a.Surfaces, http: a.HTTP, streams: a.Streams,
+		traffic: counter, defaults: a.Defaults, resume: a.Resume, url: "ws" + a.HTTP.URL[len("http"):]}
 }
 
 // serveNative serves the native surface of srv alone, with the test

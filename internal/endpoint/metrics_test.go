@@ -1,9 +1,9 @@
 package endpoint
 
 import (
+	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 )
@@ -11,21 +11,7 @@ import (
 // metric reads one unlabelled value from /metrics.
 func (a *testAgent) metric(t *testing.T, name string) float64 {
 	t.Helper()
-	status, body := a.get(t, "/metrics")
-	if status != 200 {
-		t.Fatalf("/metrics: %d", status)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %q", name, line)
-			}
-			return f
-		}
-	}
-	t.Fatalf("no %s in /metrics:\n%s", name, body)
-	return 0
+	return surfacetest.Metric(t, a.http.URL, testToken, name)
 }
 
 // /metrics says how much the streams retain for clients and how large

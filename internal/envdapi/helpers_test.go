@@ -5,28 +5,24 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
-	"github.com/rayito/rayito-agent/internal/endpoint"
+	agentpkg "github.com/rayito/rayito-agent/internal/agent"
+	"github.com/rayito/rayito-agent/internal/agent/agenttest"
 	"github.com/rayito/rayito-agent/internal/envdapi"
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/filesystem/filesystemconnect"
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/process"
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/process/processconnect"
 	"github.com/rayito/rayito-agent/internal/files"
-	"github.com/rayito/rayito-agent/internal/hostapi"
 	"github.com/rayito/rayito-agent/internal/proc"
-	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/surface"
 	"github.com/rayito/rayito-agent/internal/traffic"
-	"github.com/rayito/rayito-agent/internal/watch"
 )
 
 // waitLong bounds every wait for something that should happen soon; the
@@ -36,20 +32,8 @@ const waitLong = 30 * time.Second
 // nativeToken is the agent's token in every test agent.
 const nativeToken = "envd-test-token"
 
-var (
-	reaperOnce sync.Once
-	reaper     *proc.Reaper
-	reaperErr  error
-)
-
-// testReaper is the package's one reaper: only one may run per process.
-func testReaper(t testing.TB) *proc.Reaper {
-	reaperOnce.Do(func() { reaper, reaperErr = proc.NewReaper() })
-	if reaperErr != nil {
-		t.Fatal(reaperErr)
-	}
-	return reaper
-}
+// testReaper is the process's one reaper, the test agents' too.
+func testReaper(t testing.TB) *proc.Reaper { return agenttest.Reaper(t) }
 
 // agent is a real agent served in-process on 127.0.0.1:0: the native
 // endpoint with the envd API mounted on it, over real managers.
@@ -88,12 +72,6 @@ type agentOptions struct {
 const smallBuffer = 128 << 10
 
 func newAgent(t testing.TB, o agentOptions) *agent {
-	streams := stream.NewRegistry(0)
-	defaults := &proc.Defaults{}
-	defaults.Set(o.user, "", nil)
-	procs := proc.NewManager(streams, testReaper(t), defaults, nil)
-	ptys := ptymux.NewManager(streams, testReaper(t), defaults, nil)
-	watches := watch.NewManagerWith(streams, watch.ManagerOptions{IsTemp: files.IsTemp})
 	admin := o.adminGroup
 	switch admin {
 	case "":
@@ -101,37 +79,16 @@ func newAgent(t testing.TB, o agentOptions) *agent {
 	case "none":
 		admin = ""
 	}
-	fileMgr, err := files.New(files.Options{Registry: streams, Users: defaults.Users(), StateDir: t.TempDir(), AdminGroup: admin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	counter := traffic.NewCounter()
 	token := nativeToken
 	if o.noToken {
 		token = ""
 	}
-	auth := surface.NewAuth(token)
-	var resumer *resume.Manager
-	cuts := surface.NewCuts(func() uint64 { return resumer.Generation() })
-	resumer, err = resume.New(resume.Options{Sessions: cuts, SetClock: func(time.Time) error { return nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kit := surface.New(surface.Options{Auth: auth, Traffic: counter})
-	kit.Mount(hostapi.New(hostapi.Config{Version: "test", Auth: auth, Streams: streams, Traffic: counter,
-		Resume: resumer, Defaults: defaults, SetClock: func(time.Time) error { return nil }}).Surface())
-	kit.Mount(endpoint.New(endpoint.Config{Version: "test", Streams: streams, Traffic: counter,
-		Procs: procs, PTYs: ptys, Watches: watches, Files: fileMgr, Cuts: cuts}).Surface())
-	envd := envdapi.New(envdapi.Config{Auth: auth, Streams: streams, Procs: procs, PTYs: ptys, Watches: watches,
-		Users: defaults, Files: fileMgr, Cuts: cuts, Open: o.open})
-	kit.Mount(envd.Surface())
-	if o.e2bAPI {
-		kit.Mount(envdapi.NewControlPlane(auth, "local", func(env map[string]string) { defaults.Set("", "", env) }).Surface())
-	}
-	hs := httptest.NewUnstartedServer(kit.Handler())
+	opts := agenttest.Options{Config: agentpkg.Config{
+		Token: token, DefaultUser: o.user, AdminGroup: admin, EnvdOpen: o.open, E2BAPI: o.e2bAPI,
+	}}
 	httpClient := http.DefaultClient
 	if o.smallBuffers {
-		hs.Listener = smallListener{hs.Listener}
+		opts.Listener = func(l net.Listener) net.Listener { return smallListener{l} }
 		httpClient = &http.Client{Transport: &http.Transport{
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
@@ -142,22 +99,11 @@ func newAgent(t testing.TB, o agentOptions) *agent {
 			},
 		}}
 	}
-	hs.Start()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		kit.Shutdown(ctx)
-		hs.Close()
-		fileMgr.Close()
-		ptys.Close()
-		watches.Close()
-		procs.Close()
-		streams.Close()
-	})
+	a := agenttest.New(t, opts)
 	return &agent{
-		url: hs.URL, kit: kit, cuts: cuts, streams: streams, procs: procs, resume: resumer, envd: envd, counter: counter, files: fileMgr,
-		pc: processconnect.NewProcessClient(httpClient, hs.URL, sdkLike...),
-		fs: filesystemconnect.NewFilesystemClient(httpClient, hs.URL, sdkLike...),
+		url: a.URL, kit: a.Server, cuts: a.Cuts, streams: a.Streams, procs: a.Procs, resume: a.Resumer, envd: a.Envd, counter: a.Counter, files: a.Files,
+		pc: processconnect.NewProcessClient(httpClient, a.URL, sdkLike...),
+		fs: filesystemconnect.NewFilesystemClient(httpClient, a.URL, sdkLike...),
 	}
 }
 

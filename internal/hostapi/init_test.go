@@ -1,7 +1,6 @@
 package hostapi_test
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/surface"
+	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
 )
 
 // /v1/init's env is checked as every process's: names with '=' or NUL,
@@ -33,7 +33,7 @@ func TestInitRefusesBadEnv(t *testing.T) {
 		`{"env":{}} {}`:                           "data after the JSON object",
 		`{"envs":{"A":"b"}}`:                      "unknown field",
 	} {
-		code, b := postJSON(t, srv.URL+"/v1/init", token, body)
+		code, b := surfacetest.PostJSON(t, srv.URL+"/v1/init", token, body)
 		if code != 400 || !strings.Contains(string(b), want) {
 			t.Errorf("/v1/init %s: %d %s, want 400 %q", body, code, b, want)
 		}
@@ -58,24 +58,9 @@ func TestHostBodyTooLargeIsLimit(t *testing.T) {
 	defer srv.Close()
 	big := `{"resume_id": "` + strings.Repeat("x", 2<<20) + `"}`
 	for _, route := range []string{"/v1/init", "/v1/resume", "/v1/pause", "/v1/pause/abort"} {
-		code, b := postJSON(t, srv.URL+route, token, big)
+		code, b := surfacetest.PostJSON(t, srv.URL+route, token, big)
 		if code != http.StatusTooManyRequests || !strings.Contains(string(b), `"limit"`) {
 			t.Errorf("%s with a 2 MiB body: %d %s, want 429 limit", route, code, b)
 		}
 	}
-}
-
-// postJSON posts body as a host does (token, JSON) and returns the answer.
-func postJSON(t *testing.T, url, token, body string) (int, []byte) {
-	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
 }

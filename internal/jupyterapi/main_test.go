@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/rayito/rayito-agent/internal/endpoint"
-	"github.com/rayito/rayito-agent/internal/hostapi"
+	agentpkg "github.com/rayito/rayito-agent/internal/agent"
+	"github.com/rayito/rayito-agent/internal/agent/agenttest"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc"
@@ -20,6 +19,7 @@ import (
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
 	"github.com/rayito/rayito-agent/internal/surface"
+	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
 	"github.com/rayito/rayito-agent/internal/traffic"
 )
 
@@ -55,37 +55,28 @@ type agent struct {
 
 func newAgent(t testing.TB, legacyOnly bool) *agent {
 	t.Helper()
-	streams := stream.NewRegistry(0)
-	kernels := jupyter.NewManager(jupyter.Options{Registry: streams, Reaper: reaper})
-	counter := traffic.NewCounter()
-	a := &agent{kernels: kernels, streams: streams, traffic: counter}
-	cuts := surface.NewCuts(func() uint64 { return a.resumer.Generation() })
-	resumer, err := resume.New(resume.Options{Sessions: sessionsFunc(func(ctx context.Context, gen uint64) {
-		if a.beforeCut != nil {
-			a.beforeCut()
-		}
-		cuts.CutForResume(ctx, gen)
-	}), SetClock: func(time.Time) error { return nil }})
-	if err != nil {
-		t.Fatal(err)
+	a := &agent{}
+	ta := agenttest.New(t, agenttest.Options{Config: agentpkg.Config{
+		Token: testToken, Reaper: reaper,
+		CutHook: func() {
+			if a.beforeCut != nil {
+				a.beforeCut()
+			}
+		},
+	}})
+	api := ta.Jupyter
+	if legacyOnly {
+		// The legacy framing alone: a server of its own over the same
+		// managers, mounted where the agent's would be.
+		api = jupyterapi.New(jupyterapi.Options{Kernels: ta.Kernels, Traffic: ta.Counter, Cuts: ta.Cuts, LegacyOnly: true})
+		kit := surface.New(surface.Options{Auth: ta.Auth, Traffic: ta.Counter})
+		kit.Mount(api.Surface())
+		hs := surfacetest.Serve(t, kit.Handler(), kit.Shutdown, func() {})
+		a.url, a.kit = hs.URL+"/", kit
+	} else {
+		a.url, a.kit = ta.URL+"/", ta.Server
 	}
-	a.resumer = resumer
-	api := jupyterapi.New(jupyterapi.Options{Kernels: kernels, Traffic: counter, Cuts: cuts, LegacyOnly: legacyOnly})
-	auth := surface.NewAuth(testToken)
-	kit := surface.New(surface.Options{Auth: auth, Traffic: counter})
-	kit.Mount(hostapi.New(hostapi.Config{Auth: auth, Streams: streams, Traffic: counter}).Surface())
-	kit.Mount(endpoint.New(endpoint.Config{Streams: streams, Traffic: counter, Kernels: kernels, Cuts: cuts}).Surface())
-	kit.Mount(api.Surface())
-	hs := httptest.NewServer(kit.Handler())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		kit.Shutdown(ctx)
-		hs.Close()
-		kernels.Close()
-		streams.Close()
-	})
-	a.url, a.api, a.kit = hs.URL+"/", api, kit
+	a.kernels, a.streams, a.traffic, a.resumer, a.api = ta.Kernels, ta.Streams, ta.Counter, ta.Resumer, api
 	return a
 }
 
@@ -146,11 +137,6 @@ func (a *agent) doAuth(t testing.TB, method, path, body string, header ...string
 	}
 	return res, string(b)
 }
-
-// sessionsFunc adapts a function to resume.Sessions.
-type sessionsFunc func(ctx context.Context, gen uint64)
-
-func (f sessionsFunc) CutForResume(ctx context.Context, gen uint64) { f(ctx, gen) }
 
 // connections is the kernel model's connections, as a client reads it.
 func (a *agent) connections(t testing.TB, kernelID string) int {

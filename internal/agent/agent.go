@@ -1,0 +1,318 @@
+// Package agent assembles the agent from its configuration: the managers
+// (streams, processes, terminals, watches, kernels, files, traffic,
+// resume) and every surface mounted over them on one HTTP server. The
+// command builds the agent with it, and so do the tests (agenttest), so
+// what a test serves is what a sandbox runs, not a copy of its wiring.
+//
+// What acts on the machine as a whole (becoming the child subreaper,
+// isolating user work in its cgroup, the resume detectors, the clock and
+// the lifecycle hooks) the command decides and hands in; the tests leave
+// it off or give their own.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rayito/rayito-agent/internal/codeinterp"
+	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/envdapi"
+	"github.com/rayito/rayito-agent/internal/files"
+	"github.com/rayito/rayito-agent/internal/hostapi"
+	"github.com/rayito/rayito-agent/internal/jupyter"
+	"github.com/rayito/rayito-agent/internal/jupyterapi"
+	"github.com/rayito/rayito-agent/internal/proc"
+	"github.com/rayito/rayito-agent/internal/ptymux"
+	"github.com/rayito/rayito-agent/internal/resume"
+	"github.com/rayito/rayito-agent/internal/stream"
+	"github.com/rayito/rayito-agent/internal/surface"
+	"github.com/rayito/rayito-agent/internal/traffic"
+	"github.com/rayito/rayito-agent/internal/users"
+	"github.com/rayito/rayito-agent/internal/watch"
+)
+
+// Config is what the agent is built from (the command's flags, section 10
+// of the protocol, less what acts on the machine as a whole).
+type Config struct {
+	Version string
+	Logger  *zap.Logger // nil: none
+	// Token is the access token; "" lets the first /v1/init set one.
+	Token   string
+	Origins surface.Origins
+	// StateDir keeps what outlives the agent's process (resume state,
+	// upload journals).
+	StateDir    string
+	DefaultUser string
+	// AdminGroup's members can become root: the envd surface serves them,
+	// and root, with the agent's rights.
+	AdminGroup  string
+	Retention   stream.Limits
+	MaxIdle     int64         // seconds; 0: the default
+	MaxHold     time.Duration // 0: traffic.DefaultMaxHold
+	MaxKernels  int
+	KernelStart time.Duration
+	// Reseed re-keys the CRNG and reseeds the kernels on every resume.
+	Reseed bool
+	// EnvdOpen serves the envd API without a token (unsafe); E2BAPI
+	// answers the e2b SDK's control-plane calls (local development).
+	EnvdOpen, E2BAPI bool
+
+	// Reaper reaps every process the agent starts: one per process,
+	// required.
+	Reaper *proc.Reaper
+	// Counter counts the endpoint's traffic; nil: a new one (tests give
+	// one on a settable clock).
+	Counter *traffic.Counter
+	// Cgroups is the user cgroup, or why there is none; nil: none.
+	Cgroups *proc.Cgroups
+	// SetClock sets the wall clock from the host's time, or says why it
+	// does not; nil: it never does.
+	SetClock func(time.Time) error
+	// Resume is the machine's part of the resume manager (the kernel check,
+	// the whole VM, hooks, the lifecycle file, the network, the clock jump
+	// detector); New adds the wiring to the rest of the agent.
+	Resume resume.Options
+	// OnNewSandbox runs, beside the agent's own renewal, when the host
+	// names another sandbox (a new machine id).
+	OnNewSandbox func(id string)
+	// CutHook, if set, runs in a resume between the publication of the
+	// new generation and the cut (tests).
+	CutHook func()
+}
+
+// Agent is the agent assembled: its managers, and the server its surfaces
+// are mounted on.
+type Agent struct {
+	Streams  *stream.Registry
+	Accounts *users.Accounts
+	Defaults *proc.Defaults
+	Procs    *proc.Manager
+	PTYs     *ptymux.Manager
+	Watches  *watch.Manager
+	Kernels  *jupyter.Manager
+	Files    *files.Manager
+	Counter  *traffic.Counter
+	Resumer  *resume.Manager
+	// Cuts is the one registry of long-lived connections, every surface's.
+	Cuts *surface.Cuts
+	Auth *surface.Auth
+	// Server serves every surface; Shutdown it before Close.
+	Server     *surface.Server
+	Host       *hostapi.API
+	Native     *endpoint.Server
+	Envd       *envdapi.Server
+	Jupyter    *jupyterapi.Server
+	CodeInterp *codeinterp.Server
+
+	cgroups  *proc.Cgroups
+	setClock func(time.Time) error
+	log      *zap.Logger
+}
+
+// New builds the agent: the managers, the resume manager over them, and
+// every surface mounted on one server. On an error what was built is
+// closed.
+func New(cfg Config) (a *Agent, err error) {
+	if cfg.Reaper == nil {
+		return nil, errors.New("agent: a reaper is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Cgroups == nil {
+		cfg.Cgroups = &proc.Cgroups{Off: "not asked for"}
+	}
+	a = &Agent{cgroups: cfg.Cgroups, log: cfg.Logger}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	if err := a.buildManagers(cfg); err != nil {
+		return nil, err
+	}
+	a.buildSurfaces(cfg)
+	return a, nil
+}
+
+// buildManagers builds the capabilities and the resume manager over them.
+func (a *Agent) buildManagers(cfg Config) error {
+	log := cfg.Logger
+	a.Streams = stream.NewRegistryWith(cfg.Retention)
+	// The accounts are one capability: commands, terminals, kernels and
+	// file operations resolve users, and the default user, through them.
+	a.Accounts = users.New()
+	a.Defaults = &proc.Defaults{Accounts: a.Accounts}
+	a.Defaults.Set(cfg.DefaultUser, "", nil)
+	a.Procs = proc.NewManager(a.Streams, cfg.Reaper, a.Defaults, log.Named("proc"))
+	a.Counter = cfg.Counter
+	if a.Counter == nil {
+		a.Counter = traffic.NewCounter()
+	}
+	if cfg.MaxIdle != 0 {
+		if err := a.Counter.SetMaxIdle(cfg.MaxIdle); err != nil {
+			return err
+		}
+	}
+	if cfg.MaxHold != 0 {
+		if err := a.Counter.Holds().SetMax(cfg.MaxHold); err != nil {
+			return err
+		}
+	}
+	a.PTYs = ptymux.NewManager(a.Streams, cfg.Reaper, a.Defaults, log.Named("pty"))
+	a.Watches = watch.NewManagerWith(a.Streams, watch.ManagerOptions{Logger: log.Named("watch"), IsTemp: files.IsTemp})
+	a.Kernels = jupyter.NewManager(jupyter.Options{
+		Registry: a.Streams, Reaper: cfg.Reaper, Defaults: a.Defaults, Logger: log, Reseed: cfg.Reseed,
+		MaxKernels: cfg.MaxKernels, StartTimeout: cfg.KernelStart,
+		OnChange: func() {
+			if a.Resumer != nil {
+				a.Resumer.KernelsChanged()
+			}
+		},
+		OnLost: func(kernel string) {
+			if a.Resumer != nil {
+				a.Resumer.KernelLost(kernel)
+			}
+		},
+	})
+	// The resume manager cuts what every surface registers here, and
+	// the registry reads the generation the manager publishes.
+	a.Cuts = surface.NewCuts(func() uint64 { return a.Resumer.Generation() })
+	ro := cfg.Resume
+	ro.StateDir, ro.Logger, ro.Reseed = cfg.StateDir, log.Named("resume"), cfg.Reseed
+	ro.Sessions = a.Cuts
+	if hook := cfg.CutHook; hook != nil {
+		ro.Sessions = cutsFunc(func(ctx context.Context, gen uint64) {
+			hook()
+			a.Cuts.CutForResume(ctx, gen)
+		})
+	}
+	a.setClock = cfg.SetClock
+	if a.setClock == nil {
+		a.setClock = func(time.Time) error { return errNoClock }
+	}
+	ro.SetClock = a.setClock
+	ro.Kernels, ro.KernelReseed = kernelHealth{a.Kernels}, kernelHealth{a.Kernels}
+	ro.OnResume = a.Counter.Resumed
+	ro.OnNewSandbox = a.newSandbox(cfg.OnNewSandbox)
+	ro.Clients = nativeClients{a}
+	ro.UserWork, ro.UserWorkOff = a.userWork(cfg.Reaper), a.cgroups.Off
+	var err error
+	if a.Resumer, err = resume.New(ro); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if a.Files, err = files.New(files.Options{Registry: a.Streams, Users: a.Accounts, StateDir: cfg.StateDir, Logger: log.Named("files"), AdminGroup: cfg.AdminGroup}); err != nil {
+		return fmt.Errorf("files: %w", err)
+	}
+	if cfg.AdminGroup != "" {
+		if _, err := a.Accounts.GID(cfg.AdminGroup); err != nil {
+			log.Info("no admin group here: the envd API does only root's file operations with the agent's rights", zap.String("admin_group", cfg.AdminGroup))
+		}
+	}
+	var earlier []string
+	for _, k := range a.Resumer.State().Kernels {
+		earlier = append(earlier, k.Kernel)
+	}
+	a.Kernels.SkipIDs(earlier)
+	return nil
+}
+
+// errNoClock is what setting the clock answers where nobody said how.
+var errNoClock = errors.New("the agent does not set the clock here")
+
+// cutsFunc adapts a function to resume.Sessions.
+type cutsFunc func(ctx context.Context, gen uint64)
+
+func (f cutsFunc) CutForResume(ctx context.Context, gen uint64) { f(ctx, gen) }
+
+// newSandbox renews the agent's identity when the host names another
+// sandbox than the last: a new instance id, the template's ended streams,
+// retained output and leases gone; running processes, terminals, watches
+// and kernels stay (they are part of the template).
+func (a *Agent) newSandbox(also func(string)) func(string) {
+	log := a.log.Named("resume")
+	return func(id string) {
+		if also != nil {
+			also(id)
+		}
+		old, current := a.Streams.Renew()
+		leases := a.Counter.Holds().DropLeases()
+		log.Info("new identity for a new sandbox", zap.String("instance", current), zap.String("previous_instance", old), zap.Int("leases_dropped", leases))
+	}
+}
+
+// userWork is what a pause freezes: the user cgroup, nil when off.
+func (a *Agent) userWork(r *proc.Reaper) resume.UserWork {
+	if !a.cgroups.On() {
+		return nil
+	}
+	return proc.NewUserWork(a.cgroups, r)
+}
+
+// buildSurfaces mounts every surface over the managers on one server:
+// the host API, the native protocol, envd's API, jupyter_server's and the
+// code interpreter's. They share the token, the limits and the registry
+// of long-lived connections.
+func (a *Agent) buildSurfaces(cfg Config) {
+	log := cfg.Logger
+	a.Auth = surface.NewAuth(cfg.Token)
+	a.Server = surface.New(surface.Options{Logger: log.Named("http"), Auth: a.Auth, Traffic: a.Counter, Origins: cfg.Origins})
+	a.Host = hostapi.New(hostapi.Config{
+		Logger: log.Named("host"), Version: cfg.Version, Auth: a.Auth, Streams: a.Streams, Traffic: a.Counter,
+		Resume: a.Resumer, Pause: a.Resumer, Defaults: a.Defaults, SetClock: a.setClock, Conns: a.Server.Conns,
+		Metrics: a.metrics(cfg.Reaper), Isolation: a.cgroups.Isolation,
+	})
+	a.Server.Mount(a.Host.Surface())
+	a.Native = endpoint.New(endpoint.Config{
+		Logger: log.Named("endpoint"), Version: cfg.Version, Streams: a.Streams, Traffic: a.Counter,
+		Procs: a.Procs, PTYs: a.PTYs, Watches: a.Watches, Kernels: a.Kernels, Files: a.Files, Cuts: a.Cuts,
+		Origins: cfg.Origins,
+	})
+	a.Server.Mount(a.Native.Surface())
+	a.Envd = envdapi.New(envdapi.Config{
+		Logger: log.Named("envd"), Auth: a.Auth, Streams: a.Streams, Procs: a.Procs, PTYs: a.PTYs,
+		Watches: a.Watches, Users: a.Defaults, Files: a.Files, Cuts: a.Cuts, Open: cfg.EnvdOpen,
+	})
+	a.Server.Mount(a.Envd.Surface())
+	if cfg.EnvdOpen {
+		log.Warn("the envd API is open: anyone who reaches the port can run commands without a token")
+	}
+	if cfg.E2BAPI {
+		a.Server.Mount(envdapi.NewControlPlane(a.Auth, "local", func(env map[string]string) { a.Defaults.Set("", "", env) }).Surface())
+		log.Info("answering the e2b SDK's control-plane calls (--e2b-api): E2B_API_URL may point at this agent")
+	}
+	a.Jupyter = jupyterapi.New(jupyterapi.Options{Kernels: a.Kernels, Traffic: a.Counter, Cuts: a.Cuts, Logger: log, Origins: cfg.Origins})
+	a.Server.Mount(a.Jupyter.Surface())
+	a.CodeInterp = codeinterp.New(codeinterp.Options{Kernels: a.Kernels, Cuts: a.Cuts, Logger: log})
+	a.Server.Mount(a.CodeInterp.Surface())
+}
+
+// Close stops the producers (kernels politely, then terminals and
+// commands) and what holds their output. The reaper is the caller's.
+func (a *Agent) Close() {
+	if a.Kernels != nil {
+		a.Kernels.Close()
+	}
+	if a.PTYs != nil {
+		a.PTYs.Close()
+	}
+	if a.Procs != nil {
+		a.Procs.Close()
+	}
+	if a.Watches != nil {
+		a.Watches.Close()
+	}
+	if a.Files != nil {
+		a.Files.Close()
+	}
+	if a.Counter != nil {
+		a.Counter.Close()
+	}
+	if a.Streams != nil {
+		a.Streams.Close()
+	}
+}
