@@ -23,7 +23,7 @@ func corsServer(t *testing.T, origins string) string {
 	srv := New(Options{Auth: NewAuth(testToken), Origins: o})
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { WriteJSON(w, 200, map[string]string{"status": "ok"}) })
 	ws := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, srv.Origins().AcceptOptions(websocket.AcceptOptions{}))
+		c, err := websocket.Accept(w, r, o.AcceptOptions(websocket.AcceptOptions{}))
 		if err != nil {
 			return
 		}

@@ -141,15 +141,6 @@ func New(o Options) *Server {
 	return s
 }
 
-// Auth is the server's one token.
-func (s *Server) Auth() *Auth { return s.auth }
-
-// Traffic is the server's traffic counter.
-func (s *Server) Traffic() *traffic.Counter { return s.o.Traffic }
-
-// Origins are the pages that may call the agent from a browser.
-func (s *Server) Origins() Origins { return s.o.Origins }
-
 // MaxConns is how many connections are served at once.
 func (s *Server) MaxConns() int { return s.o.MaxConns }
 

@@ -14,11 +14,11 @@ import (
 // whichever surface's form carries the token, and never with a wrong one.
 func TestAuthShownInEveryForm(t *testing.T) {
 	t.Parallel()
-	srv := surface.New(surface.Options{Auth: surface.NewAuth("s3cret")})
+	a := surface.NewAuth("s3cret")
+	srv := surface.New(surface.Options{Auth: a})
 	for _, tokens := range []surface.TokenFinder{surface.AgentTokens, envdapi.Tokens, jupyterapi.Tokens, codeinterp.Tokens} {
 		srv.Mount(surface.Surface{Tokens: tokens})
 	}
-	a := srv.Auth()
 	forms := []func(r *http.Request, tok string){
 		func(r *http.Request, tok string) { r.Header.Set("Authorization", "Bearer "+tok) },
 		func(r *http.Request, tok string) { r.URL.RawQuery = "access_token=" + tok },
