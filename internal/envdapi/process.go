@@ -299,6 +299,11 @@ func writeInput(ctx context.Context, st *stream.Stream, in *process.ProcessInput
 	}
 	if w, ok := st.Control.(inputWaiter); ok {
 		if err := w.WriteInputWait(ctx, b); err != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// The client's own timeout: it reads deadline_exceeded
+				// whichever side notices first.
+				return connect.NewError(connect.CodeDeadlineExceeded, errors.New(wire.AsError(err).Message))
+			}
 			return connectError(err)
 		}
 		return nil

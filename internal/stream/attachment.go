@@ -97,7 +97,7 @@ func (s *Stream) Attach(from map[string]uint64, window int) (*Attachment, error)
 	}
 	s.attached++
 	s.atts = append(s.atts, a)
-	s.trimIfReadLocked()
+	s.releaseReadLocked()
 	s.notifyLocked()
 	return a, nil
 }
@@ -252,7 +252,7 @@ func (a *Attachment) Ack(cursors map[string]uint64) error {
 			s.logs[i].ackLocked(c)
 		}
 	}
-	s.trimIfReadLocked()
+	s.releaseReadLocked()
 	if s.budget.short() {
 		// Writers elsewhere wait for memory: what was just acknowledged
 		// need not wait for this stream's own writer to let it go.
@@ -281,7 +281,7 @@ func (s *Stream) Acknowledge(cursors map[string]uint64) error {
 	for name, c := range cursors {
 		s.logs[s.logIndex(name)].ackLocked(c)
 	}
-	s.trimIfReadLocked()
+	s.releaseReadLocked()
 	s.notifyLocked()
 	return nil
 }
@@ -352,6 +352,6 @@ func (a *Attachment) Close() {
 	if s.attached == 0 {
 		s.lastDetach = time.Now()
 	}
-	s.trimIfReadLocked()
+	s.releaseReadLocked()
 	s.notifyLocked()
 }

@@ -71,7 +71,6 @@ type Stream struct {
 	done       chan struct{}
 	held       int64 // memory the logs hold, charged to the budget
 	reserve    int64 // budget set aside while the stream runs
-	trimmed    bool  // read to the end: only a tail is kept
 	freed      bool  // the buffers were let go for good
 }
 
@@ -137,7 +136,7 @@ func (s *Stream) Finish(e End) {
 	s.budget.give(charged - s.chargeLocked())
 	s.budget.addEnded(s.held)
 	close(s.done)
-	s.trimIfReadLocked()
+	s.releaseReadLocked()
 	// The end, like an append, goes to a parked consumer's hook: a short
 	// command's end event then needs no wake-up either (handoff.go).
 	var buf [4]func()
@@ -185,32 +184,32 @@ func (s *Stream) shrinkLocked(n int64) {
 	s.budget.give(before - s.chargeLocked())
 }
 
-// ReadTail is what an ended stream keeps of each channel once clients have
-// read it all: enough for a client that attaches later (by tag, say) to
-// see how a command ended, while a big output lets its memory go at once.
-const ReadTail = 64 << 10
-
-// trimIfReadLocked lets an ended stream's buffers go, but for ReadTail of
-// each channel, once clients have acknowledged everything in them and no
-// attached client still needs any: nobody is waiting for that data, and
-// the memory is better given back at once than when the stream expires.
-func (s *Stream) trimIfReadLocked() {
-	if s.end == nil || s.freed || s.trimmed {
+// releaseReadLocked lets go of what nobody needs any more: in each byte
+// channel, what every attached client acknowledged (with none attached,
+// what any client did), a whole chunk at a time; and once the stream has
+// ended and its clients acknowledged all of it, every buffer. A client
+// that reattaches by its cursor needs nothing below it, and the memory is
+// better given back at once than when the stream expires: in a sandbox
+// every byte the agent keeps is in every snapshot.
+func (s *Stream) releaseReadLocked() {
+	if s.freed {
 		return
 	}
+	read := true
 	for i, l := range s.logs {
-		if l.acked < l.end {
-			return
-		}
+		upto := l.acked
 		for _, a := range s.atts {
-			if a.acked[i] < l.end {
-				return
-			}
+			upto = min(upto, a.acked[i])
+		}
+		if upto < l.end {
+			read = false
+		}
+		if l.unit == Bytes && upto > l.start {
+			l.discard(int(upto - l.start))
 		}
 	}
-	s.trimmed = true
-	for _, l := range s.logs {
-		l.keepTail(ReadTail)
+	if s.end != nil && read {
+		s.freeLocked()
 	}
 }
 
