@@ -33,9 +33,10 @@ detect_mirror() {
 	echo "${m:-http://deb.debian.org/debian}"
 }
 
-# go_build_static builds a static Go binary from a package of this module.
+# go_build_static builds a static Go binary from a package of this module,
+# without net/http's HTTP/2 (the Makefile's TAGS says why).
 go_build_static() {
 	local pkg=$1 out=$2
 	(cd "$REPO_DIR" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 \
-		go build -trimpath -buildvcs=false -ldflags='-s -w' -o "$out" "$pkg")
+		go build -trimpath -buildvcs=false -tags nethttpomithttp2 -ldflags='-s -w' -o "$out" "$pkg")
 }

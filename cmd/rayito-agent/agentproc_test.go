@@ -52,7 +52,7 @@ func agentBinary(tb testing.TB) string {
 			return
 		}
 		agentBuild.dir, agentBuild.bin = dir, filepath.Join(dir, "rayito-agent")
-		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", agentBuild.bin, ".")
+		build := exec.Command("go", "build", "-trimpath", "-tags", "nethttpomithttp2", "-ldflags=-s -w", "-o", agentBuild.bin, ".") // as make build
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
 			agentBuild.err = fmt.Errorf("build: %v\n%s", err, out)
