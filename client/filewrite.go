@@ -396,7 +396,15 @@ func (w *FileWriter) Close() error {
 			}
 			return err
 		}
-		_, err = w.f.c.call(w.f.c.life, "close_stdin", streamRef{Stream: w.h.id}, callOpts{on: cn})
+		// Where the agent numbers input, the end of input names the
+		// file's length: a close_stdin that overtakes input being sent
+		// again after a cut waits for it instead of committing less.
+		var params any = streamRef{Stream: w.h.id}
+		if cn.inputOffsets {
+			off := uint64(w.sent)
+			params = closeStdinParams{Stream: w.h.id, Offset: &off}
+		}
+		_, err = w.f.c.call(w.f.c.life, "close_stdin", params, callOpts{on: cn})
 		if err == nil || HasCode(err, CodeConflict) {
 			break // a conflict: an earlier close_stdin arrived before a reconnect
 		}

@@ -2,6 +2,8 @@ package endpoint
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -101,5 +103,27 @@ func TestUnreadInputCountsAndGoes(t *testing.T) {
 	}
 	if st := a.streams.Budget().Stats(); st.Input != 0 {
 		t.Fatalf("budget %+v after the programs ended, want no input held", st)
+	}
+}
+
+// TestFileWriteEndsAtItsLength: a file_write's close_stdin with the
+// input's length, arriving before the input (as after a cut, when the
+// client sends its input again on a new connection), commits the whole
+// file once the input is there, not the nothing received so far.
+func TestFileWriteEndsAtItsLength(t *testing.T) {
+	a := newTestAgent(t)
+	rc := a.dial(t)
+	path := filepath.Join(t.TempDir(), "w737")
+	id := resultStream(t, rc.call(map[string]any{"op": "file_write", "path": path}))
+	if r := rc.call(map[string]any{"op": "close_stdin", "stream": id, "offset": 3}); errorCode(r) != "" {
+		t.Fatalf("close_stdin ahead of the input: %v", r)
+	}
+	rc.sendRaw(websocket.MessageBinary, inAt(id, 0, "737"))
+	_, end := rc.collect(id)
+	if end["reason"] != "done" || end["size"] != float64(3) {
+		t.Fatalf("end %v", end)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "737" {
+		t.Fatalf("file %q %v", b, err)
 	}
 }

@@ -32,8 +32,10 @@ var (
 	// Upload input errors (Upload.WriteInputFrom, CloseInput).
 	ErrNotOwner    = errors.New("input from a connection that does not own the upload")
 	ErrInputClosed = errors.New("the upload's input is closed")
-	ErrWindow      = errors.New("input beyond the upload window")
-	ErrIO          = errors.New("input/output error")
+	// ErrInputEOF: an end of input below what the upload received.
+	ErrInputEOF = errors.New("end of input before input already received")
+	ErrWindow   = errors.New("input beyond the upload window")
+	ErrIO       = errors.New("input/output error")
 	// ErrBusy: a bound of the agent's stayed reached (the threads for
 	// operations as other users, the files transfers hold open) or the
 	// file system did not answer; the detail says which. Try again
@@ -79,6 +81,7 @@ var codes = []struct {
 	{ErrNotEmpty, wire.CodeConflict},
 	{ErrNotOwner, wire.CodeConflict},
 	{ErrInputClosed, wire.CodeConflict},
+	{ErrInputEOF, wire.CodeConflict},
 	{ErrChanged, wire.CodeConflict},
 	{ErrNoSpace, wire.CodeLimit},
 	{ErrTooMany, wire.CodeLimit},

@@ -382,3 +382,43 @@ func TestUploadAbandonedByOwner(t *testing.T) {
 		t.Fatalf("left %v", entries)
 	}
 }
+
+// TestUploadCloseAtOffset: an end of input that names the file's length
+// waits for the input before it, as one sent on a new connection after a
+// cut overtakes the input sent again there: the file gets every byte.
+// The same end again is a no-op, one below what was received a conflict,
+// and bytes past the declared end are not the file's.
+func TestUploadCloseAtOffset(t *testing.T) {
+	t.Parallel()
+	m, _ := newManager(t)
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	owner := new(int)
+	tr, err := m.WriteStream("", p, UploadOptions{}, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := tr.Stream.Control.(*Upload)
+	if err := up.WriteInputAt(owner, 0, []byte("73")); err != nil {
+		t.Fatal(err)
+	}
+	if err := up.CloseInputAt(3); err != nil {
+		t.Fatalf("an end of input ahead of its last byte: %v", err)
+	}
+	if err := up.CloseInputAt(3); err != nil {
+		t.Fatalf("the same end again: %v", err)
+	}
+	wantKind(t, up.CloseInputAt(1), ErrInputEOF)
+	select {
+	case <-tr.Stream.Done():
+		t.Fatalf("committed before the input the end waits for: %+v", tr.Stream.Ended())
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := up.WriteInputAt(owner, 2, []byte("7 and more")); err != nil {
+		t.Fatal(err)
+	}
+	<-tr.Stream.Done()
+	if e := tr.Stream.Ended(); e.Reason != stream.ReasonDone || e.Extra["size"] != int64(3) || readFile(t, p) != "737" {
+		t.Fatalf("end %+v, file %q", e, readFile(t, p))
+	}
+}

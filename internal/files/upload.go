@@ -47,7 +47,7 @@ func (m *Manager) WriteStream(userName, path string, o UploadOptions, owner any)
 	if err != nil {
 		return Transfer{}, err
 	}
-	up := &Upload{m: m, w: w, owner: owner, buf: ring{max: UploadWindow}, wake: make(chan struct{}, 1)}
+	up := &Upload{m: m, w: w, owner: owner, buf: ring{max: UploadWindow}, wake: make(chan struct{}, 1), closeAt: -1}
 	up.st = m.reg.Create(stream.Config{
 		Kind:     KindWrite,
 		Channels: []stream.ChannelSpec{{Name: "events", Unit: stream.Events, Policy: stream.Drop, Capacity: 256}},
@@ -77,6 +77,7 @@ type Upload struct {
 	received int64
 	written  int64
 	closing  bool
+	closeAt  int64 // an end of input waiting for received to get there; -1 none
 	failed   error // set once: the upload ends with it
 	ended    bool  // committed or failed: no more input
 }
@@ -100,8 +101,14 @@ func (u *Upload) WriteInputFrom(from any, p []byte) error {
 		u.signal()
 		return u.failed
 	}
+	if u.closeAt >= 0 && u.received+int64(len(p)) > u.closeAt {
+		p = p[:u.closeAt-u.received] // past the declared end: not the file's
+	}
 	u.buf.write(p)
 	u.received += int64(len(p))
+	if u.closeAt >= 0 && u.received == u.closeAt {
+		u.closing = true
+	}
 	u.signal()
 	return nil
 }
@@ -139,6 +146,32 @@ func (u *Upload) CloseInput() error {
 	}
 	u.closing = true
 	u.signal()
+	return nil
+}
+
+// CloseInputAt commits the file once off bytes of input were received
+// and written: an end of input that overtook the input before it (sent
+// on a new connection after a cut, while the rest is sent again) waits
+// for it. Again at the same offset it is a no-op; below what was
+// received it is a conflict.
+func (u *Upload) CloseInputAt(off uint64) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch {
+	case u.failed != nil:
+		return u.failed
+	case off < uint64(u.received):
+		return newErr("write", u.w.Path(), ErrInputEOF, fmt.Errorf("end of input at %d, but %d bytes were received", off, u.received))
+	case (u.closing || u.closeAt >= 0) && u.closeAt == int64(off):
+		return nil
+	case u.closing || u.ended || u.closeAt >= 0:
+		return newErr("write", u.w.Path(), ErrInputClosed, nil)
+	}
+	u.closeAt = int64(off)
+	if u.received == u.closeAt {
+		u.closing = true
+		u.signal()
+	}
 	return nil
 }
 
