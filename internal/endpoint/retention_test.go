@@ -87,7 +87,7 @@ func TestBufferBeyondBudget(t *testing.T) {
 }
 
 // TestAckAfterEndLetsGo: an ack that arrives after the end event (the
-// attachment is gone) still lets the stream's buffers go, all of them.
+// attachment is gone) still lets the stream's buffers go, all but a tail.
 func TestAckAfterEndLetsGo(t *testing.T) {
 	a := newTestAgent(t)
 	rc := a.dial(t)
@@ -101,13 +101,13 @@ func TestAckAfterEndLetsGo(t *testing.T) {
 	}
 	rc.send(map[string]any{"op": "ack", "stream": id, "cursors": map[string]any{"stdout": 300000, "stderr": 0}})
 	deadline := time.Now().Add(10 * time.Second)
-	for a.streams.Budget().Stats().Ended != 0 {
+	for a.streams.Budget().Stats().Ended > stream.ReadTail {
 		if time.Now().After(deadline) {
 			t.Fatalf("after the ack: %+v", a.streams.Budget().Stats())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	if a.streams.Get(id) == nil {
-		t.Fatal("the stream itself should stay, only its buffers go")
+		t.Fatal("the stream itself should stay, only most of its buffers go")
 	}
 }

@@ -60,14 +60,6 @@ func TestEvictedCursorGetsGap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A client attached that acknowledges nothing: once its clients read
-	// a stream to the end it lets go of its buffers, and the second
-	// attach would find a gap to the end.
-	keeper, err := s.Attach(nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer keeper.Close()
 	select {
 	case <-s.Done():
 	case <-time.After(waitLong):

@@ -71,6 +71,7 @@ type Stream struct {
 	done       chan struct{}
 	held       int64 // memory the logs hold, charged to the budget
 	reserve    int64 // budget set aside while the stream runs
+	trimmed    bool  // read to the end: only a tail is kept
 	freed      bool  // the buffers were let go for good
 }
 
@@ -184,15 +185,21 @@ func (s *Stream) shrinkLocked(n int64) {
 	s.budget.give(before - s.chargeLocked())
 }
 
+// ReadTail is what an ended stream keeps of each channel once clients have
+// read it all: enough for a client that attaches later (by tag, say) to
+// see how a command ended, while a big output lets its memory go at once.
+const ReadTail = 64 << 10
+
 // releaseReadLocked lets go of what nobody needs any more: in each byte
-// channel, what every attached client acknowledged (with none attached,
-// what any client did), a whole chunk at a time; and once the stream has
-// ended and its clients acknowledged all of it, every buffer. A client
-// that reattaches by its cursor needs nothing below it, and the memory is
-// better given back at once than when the stream expires: in a sandbox
-// every byte the agent keeps is in every snapshot.
+// channel of a running stream, what every attached client acknowledged
+// (with none attached, what any client did) but its last ReadTail bytes,
+// a whole chunk at a time; and once the stream has ended and its clients
+// acknowledged all of it, all but ReadTail of each channel. A client that
+// attaches later (by tag, say) still sees how the output ended. A client that reattaches by its cursor needs nothing below it,
+// and the memory is better given back at once than when the stream
+// expires: in a sandbox every byte the agent keeps is in every snapshot.
 func (s *Stream) releaseReadLocked() {
-	if s.freed {
+	if s.freed || s.trimmed {
 		return
 	}
 	read := true
@@ -204,12 +211,15 @@ func (s *Stream) releaseReadLocked() {
 		if upto < l.end {
 			read = false
 		}
-		if l.unit == Bytes && upto > l.start {
-			l.discard(int(upto - l.start))
+		if keep := l.end - min(l.end, ReadTail); s.end == nil && l.unit == Bytes && min(upto, keep) > l.start {
+			l.discard(int(min(upto, keep) - l.start))
 		}
 	}
 	if s.end != nil && read {
-		s.freeLocked()
+		s.trimmed = true
+		for _, l := range s.logs {
+			l.keepTail(ReadTail)
+		}
 	}
 }
 
