@@ -18,7 +18,7 @@ import (
 
 	"github.com/rayito/rayito-agent/client"
 	agentpkg "github.com/rayito/rayito-agent/internal/agent"
-	"github.com/rayito/rayito-agent/internal/agent/agenttest"
+	"github.com/rayito/rayito-agent/internal/agenttest"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/resume"

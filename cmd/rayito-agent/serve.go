@@ -19,7 +19,11 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/rayito/rayito-agent/internal/agent"
+	"github.com/rayito/rayito-agent/internal/codeinterp"
+	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/envdapi"
 	"github.com/rayito/rayito-agent/internal/jupyter"
+	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/resume"
 	"github.com/rayito/rayito-agent/internal/stream"
@@ -373,6 +377,11 @@ func run(cfg config, log *zap.Logger) error {
 		return err
 	}
 	defer a.Close()
+	// Every surface over the one agent (architecture.md, Surfaces).
+	endpoint.Mount(a)
+	envdapi.Mount(a)
+	jupyterapi.Mount(a)
+	codeinterp.Mount(a)
 	limitMemory(a.Streams.Limits().Budget)
 	srv := a.Server
 	defer startDetectors(cfg, log, a, reaper, &jump)()

@@ -1,7 +1,9 @@
 // Package agent assembles the agent from its configuration: the managers
 // (streams, processes, terminals, watches, kernels, files, traffic,
-// resume) and every surface mounted over them on one HTTP server. The
-// command builds the agent with it, and so do the tests (agenttest), so
+// resume), the HTTP server of the shared host layer with the host's
+// routes, and nothing of the surfaces: each surface mounts itself on an
+// Agent (endpoint.Mount, envdapi.Mount, jupyterapi.Mount,
+// codeinterp.Mount), as the command does and the tests do (agenttest), so
 // what a test serves is what a sandbox runs, not a copy of its wiring.
 //
 // What acts on the machine as a whole (becoming the child subreaper,
@@ -18,13 +20,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/rayito/rayito-agent/internal/codeinterp"
-	"github.com/rayito/rayito-agent/internal/endpoint"
-	"github.com/rayito/rayito-agent/internal/envdapi"
 	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/hostapi"
 	"github.com/rayito/rayito-agent/internal/jupyter"
-	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/ptymux"
 	"github.com/rayito/rayito-agent/internal/resume"
@@ -101,13 +99,13 @@ type Agent struct {
 	Cuts *surface.Cuts
 	Auth *surface.Auth
 	// Server serves every surface; Shutdown it before Close.
-	Server     *surface.Server
-	Host       *hostapi.API
-	Native     *endpoint.Server
-	Envd       *envdapi.Server
-	Jupyter    *jupyterapi.Server
-	CodeInterp *codeinterp.Server
+	Server *surface.Server
+	Host   *hostapi.API
+	// Config is what the agent was built from, for the surfaces that
+	// mount themselves on it.
+	Config Config
 
+	clients  clientsHolder // the native surface's, for the pause's notices
 	cgroups  *proc.Cgroups
 	setClock func(time.Time) error
 	log      *zap.Logger
@@ -126,7 +124,7 @@ func New(cfg Config) (a *Agent, err error) {
 	if cfg.Cgroups == nil {
 		cfg.Cgroups = &proc.Cgroups{Off: "not asked for"}
 	}
-	a = &Agent{cgroups: cfg.Cgroups, log: cfg.Logger}
+	a = &Agent{Config: cfg, cgroups: cfg.Cgroups, log: cfg.Logger}
 	defer func() {
 		if err != nil {
 			a.Close()
@@ -199,7 +197,7 @@ func (a *Agent) buildManagers(cfg Config) error {
 	ro.Kernels, ro.KernelReseed = kernelHealth{a.Kernels}, kernelHealth{a.Kernels}
 	ro.OnResume = a.Counter.Resumed
 	ro.OnNewSandbox = a.newSandbox(cfg.OnNewSandbox)
-	ro.Clients = nativeClients{a}
+	ro.Clients = &a.clients
 	ro.UserWork, ro.UserWorkOff = a.userWork(cfg.Reaper), a.cgroups.Off
 	var err error
 	if a.Resumer, err = resume.New(ro); err != nil {
@@ -253,10 +251,13 @@ func (a *Agent) userWork(r *proc.Reaper) resume.UserWork {
 	return proc.NewUserWork(a.cgroups, r)
 }
 
-// buildSurfaces mounts every surface over the managers on one server:
-// the host API, the native protocol, envd's API, jupyter_server's and the
-// code interpreter's. They share the token, the limits and the registry
-// of long-lived connections.
+// SetClients gives the pause its way to the clients' connections (the
+// native surface's, which mounts after the resume manager is built).
+func (a *Agent) SetClients(c resume.Clients) { a.clients.set(c) }
+
+// buildSurfaces makes the one server the surfaces mount on, with the
+// host's routes. The surfaces share its token, limits and the registry of
+// long-lived connections.
 func (a *Agent) buildSurfaces(cfg Config) {
 	log := cfg.Logger
 	a.Auth = surface.NewAuth(cfg.Token)
@@ -267,28 +268,6 @@ func (a *Agent) buildSurfaces(cfg Config) {
 		Metrics: a.metrics(cfg.Reaper), Isolation: a.cgroups.Isolation,
 	})
 	a.Server.Mount(a.Host.Surface())
-	a.Native = endpoint.New(endpoint.Config{
-		Logger: log.Named("endpoint"), Version: cfg.Version, Streams: a.Streams, Traffic: a.Counter,
-		Procs: a.Procs, PTYs: a.PTYs, Watches: a.Watches, Kernels: a.Kernels, Files: a.Files, Cuts: a.Cuts,
-		Origins: cfg.Origins,
-	})
-	a.Server.Mount(a.Native.Surface())
-	a.Envd = envdapi.New(envdapi.Config{
-		Logger: log.Named("envd"), Auth: a.Auth, Streams: a.Streams, Procs: a.Procs, PTYs: a.PTYs,
-		Watches: a.Watches, Users: a.Defaults, Files: a.Files, Cuts: a.Cuts, Open: cfg.EnvdOpen,
-	})
-	a.Server.Mount(a.Envd.Surface())
-	if cfg.EnvdOpen {
-		log.Warn("the envd API is open: anyone who reaches the port can run commands without a token")
-	}
-	if cfg.E2BAPI {
-		a.Server.Mount(envdapi.NewControlPlane(a.Auth, "local", func(env map[string]string) { a.Defaults.Set("", "", env) }).Surface())
-		log.Info("answering the e2b SDK's control-plane calls (--e2b-api): E2B_API_URL may point at this agent")
-	}
-	a.Jupyter = jupyterapi.New(jupyterapi.Options{Kernels: a.Kernels, Traffic: a.Counter, Cuts: a.Cuts, Logger: log, Origins: cfg.Origins})
-	a.Server.Mount(a.Jupyter.Surface())
-	a.CodeInterp = codeinterp.New(codeinterp.Options{Kernels: a.Kernels, Cuts: a.Cuts, Logger: log})
-	a.Server.Mount(a.CodeInterp.Surface())
 }
 
 // Close stops the producers (kernels politely, then terminals and

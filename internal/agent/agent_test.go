@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/rayito/rayito-agent/internal/agent"
-	"github.com/rayito/rayito-agent/internal/agent/agenttest"
+	"github.com/rayito/rayito-agent/internal/agenttest"
 )
 
 func TestNewNeedsAReaper(t *testing.T) {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/rayito/rayito-agent/internal/hostapi"
 	"github.com/rayito/rayito-agent/internal/jupyter"
@@ -11,20 +12,22 @@ import (
 
 // The adapters between managers that do not know each other.
 
-// nativeClients is the pause's way to the native endpoint's clients
-// (built after the resume manager).
-type nativeClients struct{ a *Agent }
+// clientsHolder is the pause's way to the clients (resume.Clients), set
+// once the native surface has mounted; none before.
+type clientsHolder struct{ c atomic.Pointer[resume.Clients] }
 
-func (c nativeClients) Suspending(ctx context.Context, gen uint64) int {
-	if c.a.Native == nil {
-		return 0
+func (h *clientsHolder) set(c resume.Clients) { h.c.Store(&c) }
+
+func (h *clientsHolder) Suspending(ctx context.Context, gen uint64) int {
+	if c := h.c.Load(); c != nil {
+		return (*c).Suspending(ctx, gen)
 	}
-	return c.a.Native.Suspending(ctx, gen)
+	return 0
 }
 
-func (c nativeClients) Resumed(gen uint64, aborted bool) {
-	if c.a.Native != nil {
-		c.a.Native.Resumed(gen, aborted)
+func (h *clientsHolder) Resumed(gen uint64, aborted bool) {
+	if c := h.c.Load(); c != nil {
+		(*c).Resumed(gen, aborted)
 	}
 }
 

@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	agentpkg "github.com/rayito/rayito-agent/internal/agent"
-	"github.com/rayito/rayito-agent/internal/agent/agenttest"
+	"github.com/rayito/rayito-agent/internal/agenttest"
 	"io"
 	"net/http"
 	"os"

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/rayito/rayito-agent/internal/agent"
-	"github.com/rayito/rayito-agent/internal/agent/agenttest"
+	"github.com/rayito/rayito-agent/internal/agenttest"
 	"github.com/rayito/rayito-agent/internal/endpoint"
 	"github.com/rayito/rayito-agent/internal/surface"
 )

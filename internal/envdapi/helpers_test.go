@@ -12,7 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	agentpkg "github.com/rayito/rayito-agent/internal/agent"
-	"github.com/rayito/rayito-agent/internal/agent/agenttest"
+	"github.com/rayito/rayito-agent/internal/agenttest"
 	"github.com/rayito/rayito-agent/internal/envdapi"
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/filesystem/filesystemconnect"
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/process"

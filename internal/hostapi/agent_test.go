@@ -8,7 +8,7 @@ import (
 
 	"github.com/rayito/rayito-agent/client"
 	"github.com/rayito/rayito-agent/internal/agent"
-	"github.com/rayito/rayito-agent/internal/agent/agenttest"
+	"github.com/rayito/rayito-agent/internal/agenttest"
 	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	agentpkg "github.com/rayito/rayito-agent/internal/agent"
-	"github.com/rayito/rayito-agent/internal/agent/agenttest"
+	"github.com/rayito/rayito-agent/internal/agenttest"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc"

@@ -1,6 +1,6 @@
-// Package agenttest serves the agent, built by package agent as the
-// command builds it, in a test's process on 127.0.0.1, and stops it at the
-// test's cleanup. Only tests import it.
+// Package agenttest serves the agent, built by package agent and with
+// every surface mounted as the command does, in a test's process on
+// 127.0.0.1, and stops it at the test's cleanup. Only tests import it.
 package agenttest
 
 import (
@@ -12,6 +12,10 @@ import (
 	"time"
 
 	"github.com/rayito/rayito-agent/internal/agent"
+	"github.com/rayito/rayito-agent/internal/codeinterp"
+	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/envdapi"
+	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
 )
@@ -32,7 +36,11 @@ type Options struct {
 // Agent is a served test agent.
 type Agent struct {
 	*agent.Agent
-	HTTP *httptest.Server
+	Native     *endpoint.Server
+	Envd       *envdapi.Server
+	Jupyter    *jupyterapi.Server
+	CodeInterp *codeinterp.Server
+	HTTP       *httptest.Server
 	// URL is the server's http:// address, WS the same as ws://.
 	URL, WS string
 }
@@ -58,8 +66,10 @@ func New(t testing.TB, o Options) *Agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := surfacetest.ServeWith(t, a.Server.Handler(), o.Listener, a.Server.Shutdown, a.Close)
-	return &Agent{Agent: a, HTTP: hs, URL: hs.URL, WS: "ws" + strings.TrimPrefix(hs.URL, "http")}
+	ta := &Agent{Agent: a, Native: endpoint.Mount(a), Envd: envdapi.Mount(a), Jupyter: jupyterapi.Mount(a), CodeInterp: codeinterp.Mount(a)}
+	ta.HTTP = surfacetest.ServeWith(t, a.Server.Handler(), o.Listener, a.Server.Shutdown, a.Close)
+	ta.URL, ta.WS = ta.HTTP.URL, "ws"+strings.TrimPrefix(ta.HTTP.URL, "http")
+	return ta
 }
 
 var (
