@@ -19,6 +19,7 @@ import (
 	"github.com/rayito/rayito-agent/client"
 	agentpkg "github.com/rayito/rayito-agent/internal/agent"
 	"github.com/rayito/rayito-agent/internal/agenttest"
+	"github.com/rayito/rayito-agent/internal/endpoint"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/resume"
@@ -49,7 +50,7 @@ type agent struct {
 // newAgent serves a real agent in this process; limits, if given, bound
 // its retention.
 func newAgent(t testing.TB, limits ...stream.Limits) *agent {
-	a := agenttest.New(t, agenttest.Options{Config: agentpkg.Config{Token: testToken, Retention: append(limits, stream.Limits{})[0]}})
+	a := agenttest.New(t, agenttest.Options{Mount: func(ag *agentpkg.Agent) { endpoint.Mount(ag) }, Config: agentpkg.Config{Token: testToken, Retention: append(limits, stream.Limits{})[0]}})
 	return &agent{cuts: a.Cuts, http: a.HTTP, streams: a.Streams, kernels: a.Kernels, resume: a.Resumer, url: a.WS}
 }
 

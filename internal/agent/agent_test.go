@@ -7,6 +7,10 @@ import (
 
 	"github.com/rayito/rayito-agent/internal/agent"
 	"github.com/rayito/rayito-agent/internal/agenttest"
+	"github.com/rayito/rayito-agent/internal/codeinterp"
+	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/envdapi"
+	"github.com/rayito/rayito-agent/internal/jupyterapi"
 )
 
 func TestNewNeedsAReaper(t *testing.T) {
@@ -19,7 +23,12 @@ func TestNewNeedsAReaper(t *testing.T) {
 // native, envd's, jupyter_server's and the code interpreter's routes
 // answer.
 func TestEverySurfaceIsServed(t *testing.T) {
-	a := agenttest.New(t, agenttest.Options{Config: agent.Config{Token: "tok"}})
+	a := agenttest.New(t, agenttest.Options{Mount: func(a *agent.Agent) {
+		endpoint.Mount(a)
+		envdapi.Mount(a)
+		jupyterapi.Mount(a)
+		codeinterp.Mount(a)
+	}, Config: agent.Config{Token: "tok"}})
 	for _, tc := range []struct {
 		path   string
 		header string

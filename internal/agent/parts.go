@@ -14,7 +14,9 @@ import (
 
 // clientsHolder is the pause's way to the clients (resume.Clients), set
 // once the native surface has mounted; none before.
-type clientsHolder struct{ c atomic.Pointer[resume.Clients] }
+type clientsHolder struct {
+	c atomic.Pointer[resume.Clients]
+}
 
 func (h *clientsHolder) set(c resume.Clients) { h.c.Store(&c) }
 

@@ -1,5 +1,6 @@
-// Package agenttest serves the agent, built by package agent and with
-// every surface mounted as the command does, in a test's process on
+// Package agenttest serves the agent, built by package agent as the
+// command builds it, with the surfaces a test mounts on it (each
+// surface's Mount, as the command calls them), in a test's process on
 // 127.0.0.1, and stops it at the test's cleanup. Only tests import it.
 package agenttest
 
@@ -12,10 +13,6 @@ import (
 	"time"
 
 	"github.com/rayito/rayito-agent/internal/agent"
-	"github.com/rayito/rayito-agent/internal/codeinterp"
-	"github.com/rayito/rayito-agent/internal/endpoint"
-	"github.com/rayito/rayito-agent/internal/envdapi"
-	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc"
 	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
 )
@@ -31,16 +28,15 @@ type Options struct {
 	// Listener, if set, wraps the test server's listener (small socket
 	// buffers, say).
 	Listener func(net.Listener) net.Listener
+	// Mount mounts the surfaces the test serves (endpoint.Mount, ...)
+	// before the agent serves.
+	Mount func(a *agent.Agent)
 }
 
 // Agent is a served test agent.
 type Agent struct {
 	*agent.Agent
-	Native     *endpoint.Server
-	Envd       *envdapi.Server
-	Jupyter    *jupyterapi.Server
-	CodeInterp *codeinterp.Server
-	HTTP       *httptest.Server
+	HTTP *httptest.Server
 	// URL is the server's http:// address, WS the same as ws://.
 	URL, WS string
 }
@@ -66,7 +62,10 @@ func New(t testing.TB, o Options) *Agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ta := &Agent{Agent: a, Native: endpoint.Mount(a), Envd: envdapi.Mount(a), Jupyter: jupyterapi.Mount(a), CodeInterp: codeinterp.Mount(a)}
+	if o.Mount != nil {
+		o.Mount(a)
+	}
+	ta := &Agent{Agent: a}
 	ta.HTTP = surfacetest.ServeWith(t, a.Server.Handler(), o.Listener, a.Server.Shutdown, a.Close)
 	ta.URL, ta.WS = ta.HTTP.URL, "ws"+strings.TrimPrefix(ta.HTTP.URL, "http")
 	return ta

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	agentpkg "github.com/rayito/rayito-agent/internal/agent"
 	"github.com/rayito/rayito-agent/internal/agenttest"
+	"github.com/rayito/rayito-agent/internal/endpoint"
+	"github.com/rayito/rayito-agent/internal/envdapi"
 	"io"
 	"net/http"
 	"os"
@@ -57,7 +59,12 @@ func newAgent(t testing.TB) *agent {
 	t.Helper()
 	a := &agent{}
 	// As make run serves it (--e2b-api): the SDK's control-plane calls.
-	ta := agenttest.New(t, agenttest.Options{Config: agentpkg.Config{
+	var api *codeinterp.Server
+	ta := agenttest.New(t, agenttest.Options{Mount: func(ag *agentpkg.Agent) {
+		endpoint.Mount(ag)
+		envdapi.Mount(ag) // the control plane, with E2BAPI
+		api = codeinterp.Mount(ag)
+	}, Config: agentpkg.Config{
 		Token: testToken, Reaper: reaper, E2BAPI: true,
 		CutHook: func() {
 			if a.beforeCut != nil {
@@ -65,7 +72,7 @@ func newAgent(t testing.TB) *agent {
 			}
 		},
 	}})
-	a.url, a.api = ta.URL, ta.CodeInterp
+	a.url, a.api = ta.URL, api
 	a.kernels, a.streams, a.traffic, a.resumer, a.cuts = ta.Kernels, ta.Streams, ta.Counter, ta.Resumer, ta.Cuts
 	return a
 }

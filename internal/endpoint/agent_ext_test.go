@@ -11,12 +11,13 @@ import (
 
 func init() {
 	endpoint.BuildAgentForTests = func(t testing.TB, o endpoint.AgentForTestsOptions) endpoint.AgentForTests {
-		a := agenttest.New(t, agenttest.Options{Config: agent.Config{
+		var native *endpoint.Server
+		a := agenttest.New(t, agenttest.Options{Mount: func(a *agent.Agent) { native = endpoint.Mount(a) }, Config: agent.Config{
 			Token: o.Token, Retention: o.Limits, Counter: o.Counter, Reaper: o.Reaper,
 		}})
 		return endpoint.AgentForTests{
-			Native: a.Native, Kit: a.Server, Auth: a.Auth, HTTP: a.HTTP,
-			Surfaces: []surface.Surface{a.Host.Surface(), a.Native.Surface()},
+			Native: native, Kit: a.Server, Auth: a.Auth, HTTP: a.HTTP,
+			Surfaces: []surface.Surface{a.Host.Surface(), native.Surface()},
 			Streams:  a.Streams, Defaults: a.Defaults, Resume: a.Resumer,
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	agentpkg "github.com/rayito/rayito-agent/internal/agent"
 	"github.com/rayito/rayito-agent/internal/agenttest"
+	"github.com/rayito/rayito-agent/internal/endpoint"
 	"github.com/rayito/rayito-agent/internal/envdapi"
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/filesystem/filesystemconnect"
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/process"
@@ -99,9 +100,14 @@ func newAgent(t testing.TB, o agentOptions) *agent {
 			},
 		}}
 	}
+	var envd *envdapi.Server
+	opts.Mount = func(ag *agentpkg.Agent) {
+		endpoint.Mount(ag)
+		envd = envdapi.Mount(ag)
+	}
 	a := agenttest.New(t, opts)
 	return &agent{
-		url: a.URL, kit: a.Server, cuts: a.Cuts, streams: a.Streams, procs: a.Procs, resume: a.Resumer, envd: a.Envd, counter: a.Counter, files: a.Files,
+		url: a.URL, kit: a.Server, cuts: a.Cuts, streams: a.Streams, procs: a.Procs, resume: a.Resumer, envd: envd, counter: a.Counter, files: a.Files,
 		pc: processconnect.NewProcessClient(httpClient, a.URL, sdkLike...),
 		fs: filesystemconnect.NewFilesystemClient(httpClient, a.URL, sdkLike...),
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/rayito/rayito-agent/client"
 	"github.com/rayito/rayito-agent/internal/agent"
 	"github.com/rayito/rayito-agent/internal/agenttest"
+	"github.com/rayito/rayito-agent/internal/endpoint"
 	"github.com/rayito/rayito-agent/internal/surface/surfacetest"
 )
 
@@ -19,7 +20,7 @@ const testToken = "host-test-token"
 // newAgent serves the agent with token ("" for one without: the first
 // /v1/init may set it).
 func newAgent(t testing.TB, token string) *agenttest.Agent {
-	return agenttest.New(t, agenttest.Options{Config: agent.Config{Token: token}})
+	return agenttest.New(t, agenttest.Options{Mount: func(a *agent.Agent) { endpoint.Mount(a) }, Config: agent.Config{Token: token}})
 }
 
 // post sends a host's JSON request with token ("" for none) and decodes

@@ -12,6 +12,7 @@ import (
 
 	agentpkg "github.com/rayito/rayito-agent/internal/agent"
 	"github.com/rayito/rayito-agent/internal/agenttest"
+	"github.com/rayito/rayito-agent/internal/endpoint"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc"
@@ -56,7 +57,11 @@ type agent struct {
 func newAgent(t testing.TB, legacyOnly bool) *agent {
 	t.Helper()
 	a := &agent{}
-	ta := agenttest.New(t, agenttest.Options{Config: agentpkg.Config{
+	var mounted *jupyterapi.Server
+	ta := agenttest.New(t, agenttest.Options{Mount: func(ag *agentpkg.Agent) {
+		endpoint.Mount(ag)
+		mounted = jupyterapi.Mount(ag)
+	}, Config: agentpkg.Config{
 		Token: testToken, Reaper: reaper,
 		CutHook: func() {
 			if a.beforeCut != nil {
@@ -64,7 +69,7 @@ func newAgent(t testing.TB, legacyOnly bool) *agent {
 			}
 		},
 	}})
-	api := ta.Jupyter
+	api := mounted
 	if legacyOnly {
 		// The legacy framing alone: a server of its own over the same
 		// managers, mounted where the agent's would be.
