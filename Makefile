@@ -27,7 +27,7 @@ DEV_TOKEN_FILE := $(STATE_DIR)/dev-token
 # matplotlib: an E2B user's first chart (codeinterp's TestFirstChart).
 TEST_PACKAGES := python3-ipykernel python3-numpy python3-matplotlib procps e2fsprogs chromium jupyter-notebook
 
-.PHONY: all build run test unit deps node-deps bench bench-agent fuzz lint clean proto
+.PHONY: all build run test unit deps node-deps bench bench-agent bench-envd fuzz lint clean proto
 
 all: build
 
@@ -119,13 +119,25 @@ bench-agent: deps
 	$(GO) test -run '^$$' -bench 'AgentMemory|AgentBufferHeld|IdleFootprint' -benchtime 1x -timeout 60m ./cmd/rayito-agent/
 	$(GO) test -run '^$$' -bench 'AgentExecChurn' -benchtime 20000x -timeout 60m ./cmd/rayito-agent/
 
+# bench-envd runs E2B's envd beside the agent, driven by the same client
+# code (docs/benchmarks.md, "Side by side with envd"): ENVD names an envd
+# binary, for example one built from e2b-dev/infra's packages/envd with
+# `CGO_ENABLED=0 go build -ldflags "-s -w"`. The output row runs twice:
+# quiet, and with two busy loops beside the agent and envd.
+bench-envd: deps
+	@test -x "$(ENVD)" || { echo "bench-envd: set ENVD to an envd binary (make bench-envd ENVD=/path/to/envd)"; exit 2; }
+	RAYITO_BENCH_ENVD=$(ENVD) $(GO) test -run '^$$' -bench 'EnvdExec$$' -benchtime 1000x -timeout 60m ./cmd/rayito-agent/
+	RAYITO_BENCH_ENVD=$(ENVD) $(GO) test -run '^$$' -bench 'EnvdOutput$$' -benchtime 4x -timeout 60m ./cmd/rayito-agent/
+	RAYITO_BENCH_ENVD=$(ENVD) RAYITO_BENCH_BUSY=2 $(GO) test -run '^$$' -bench 'EnvdOutput$$' -benchtime 4x -timeout 60m ./cmd/rayito-agent/
+	RAYITO_BENCH_ENVD=$(ENVD) $(GO) test -run '^$$' -bench 'EnvdMemoryAfterWork$$' -benchtime 1x -timeout 60m ./cmd/rayito-agent/
+
 # bench is the headline rows, then every package's own benchmarks (the
 # breakdown, in process).
 # The Jupyter surfaces' benchmark also measures Debian's jupyter_server.
 BENCH_PACKAGES := python3-jupyter-server
 bench: bench-agent
 	@$(MAKE) --no-print-directory deps TEST_PACKAGES="$(BENCH_PACKAGES)"
-	CGO_ENABLED=1 $(GO) test -run '^$$' -bench . -skip '^Benchmark(Agent|IdleFootprint)' -benchmem -timeout 60m ./...
+	CGO_ENABLED=1 $(GO) test -run '^$$' -bench . -skip '^Benchmark(Agent|Envd|IdleFootprint)' -benchmem -timeout 60m ./...
 
 FUZZTIME ?= 30s
 fuzz:

@@ -208,45 +208,49 @@ func BenchmarkAgentMemoryAfterWork(b *testing.B) {
 		a := startAgentProc(b)
 		time.Sleep(2 * time.Second)
 		idle, _ := a.memory(b)
-		c := a.dial(b)
-		ctx := context.Background()
-		readAll(b, c, []string{"head", "-c", strconv.Itoa(256 << 20), "/dev/zero"}, 256<<20)
-		readAll(b, c, []string{"head", "-c", strconv.Itoa(256 << 20), "/dev/zero"}, 256<<20)
-		t, err := c.PTY(ctx, client.PTYOptions{Argv: []string{"cat"}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		buf := make([]byte, 64)
-		for range 2000 {
-			if _, err := t.Write([]byte("k")); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := t.Output().Read(buf); err != nil {
-				b.Fatal(err)
-			}
-		}
-		t.Signal(ctx, client.Signal("SIGKILL"))
-		for range 10 {
-			readAll(b, c, []string{"head", "-c", strconv.Itoa(8 << 20), "/dev/zero"}, 8<<20)
-		}
-		p, err := c.Exec(ctx, client.ExecOptions{Argv: []string{"sh", "-c", "cat > /dev/null"}, Stdin: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		chunk := make([]byte, 1<<20)
-		for range 256 {
-			if _, err := p.Write(chunk); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := p.CloseStdin(ctx); err != nil {
-			b.Fatal(err)
-		}
-		p.Wait(ctx)
+		sdkWorkload(b, a.dial(b))
 		time.Sleep(settle)
 		after, _ := a.memory(b)
 		b.ReportMetric(mib(idle), "idle-MiB")
 		b.ReportMetric(mib(after), fmt.Sprintf("after-%gs-MiB", settle.Seconds()))
 		a.stop()
 	}
+}
+
+// sdkWorkload is issue #41's workload through the agent's SDK.
+func sdkWorkload(tb testing.TB, c *client.Client) {
+	ctx := context.Background()
+	readAll(tb, c, []string{"head", "-c", strconv.Itoa(256 << 20), "/dev/zero"}, 256<<20)
+	readAll(tb, c, []string{"head", "-c", strconv.Itoa(256 << 20), "/dev/zero"}, 256<<20)
+	t, err := c.PTY(ctx, client.PTYOptions{Argv: []string{"cat"}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	for range 2000 {
+		if _, err := t.Write([]byte("k")); err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := t.Output().Read(buf); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	t.Signal(ctx, client.Signal("SIGKILL"))
+	for range 10 {
+		readAll(tb, c, []string{"head", "-c", strconv.Itoa(8 << 20), "/dev/zero"}, 8<<20)
+	}
+	p, err := c.Exec(ctx, client.ExecOptions{Argv: []string{"sh", "-c", "cat > /dev/null"}, Stdin: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	for range 256 {
+		if _, err := p.Write(chunk); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := p.CloseStdin(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	p.Wait(ctx)
 }

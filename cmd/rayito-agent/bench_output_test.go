@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -11,7 +9,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/rayito/rayito-agent/client"
 	"github.com/rayito/rayito-agent/internal/wire"
 )
 
@@ -32,7 +29,6 @@ func BenchmarkAgentOutput(b *testing.B) {
 	a := startAgentProc(b)
 	c := a.dial(b)
 	rc := a.raw(b)
-	ctx := context.Background()
 	buf := make([]byte, 1<<20)
 	frames := 0 // data frames the bare client got
 	kinds := []struct {
@@ -40,18 +36,7 @@ func BenchmarkAgentOutput(b *testing.B) {
 		run  func()
 	}{
 		{"pipe", func() { pipeRead(b, buf) }},
-		{"sdk", func() {
-			p, err := c.Exec(ctx, client.ExecOptions{Argv: outputArgv})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if n, err := io.Copy(io.Discard, p.Stdout()); err != nil || n != outputBytes {
-				b.Fatal(n, err)
-			}
-			if _, err := p.Wait(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}},
+		{"sdk", func() { readAll(b, c, outputArgv, outputBytes) }},
 		{"bare", func() {
 			n, f := rc.readOutput(outputArgv, 1<<20)
 			if n != outputBytes {
