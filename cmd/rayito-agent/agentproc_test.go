@@ -170,6 +170,23 @@ func (a *agentProc) memory(tb testing.TB) (rss, peak int) {
 	return rss, peak
 }
 
+// anonymous is the agent's anonymous resident memory in KiB (RssAnon):
+// what it holds, without the pages of its binary it has run.
+func (a *agentProc) anonymous(tb testing.TB) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(a.pid) + "/status")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return n
+		}
+	}
+	tb.Fatal("no RssAnon in /proc/PID/status")
+	return 0
+}
+
 // cpu is the CPU time the agent used so far, with its reaped children.
 func (a *agentProc) cpu(tb testing.TB) time.Duration {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(a.pid) + "/stat")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -31,4 +32,38 @@ func TestMemoryGivenBack(t *testing.T) {
 		rss, _ = a.memory(t)
 	}
 	t.Logf("idle %.1f MiB, peak %.1f MiB, after %.1f MiB", mib(idle), mib(peak), mib(rss))
+}
+
+// TestMemoryGivenBackAfterRPCs: the garbage a large transfer over envd's
+// process API leaves (a protobuf message per megabyte of input or chunk of
+// output, the codec's pooled buffers) is given back once the transfer has
+// gone quiet, not kept resident until the runtime's forced collection two
+// minutes later. Anonymous memory only: the binary's code the RPCs paged in
+// is not memory the agent holds.
+func TestMemoryGivenBackAfterRPCs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves 192 MiB through an agent process")
+	}
+	a := startAgentProc(t)
+	a.health(t)
+	pc := processClient(a.addr)
+	time.Sleep(time.Second)
+	idle := a.anonymous(t)
+	for range 2 {
+		if n, code := connectRun(t, pc, startReq("head", "-c", strconv.Itoa(32<<20), "/dev/zero")); n != 32<<20 || code != 0 {
+			t.Fatal(n, code)
+		}
+	}
+	sendInput(t, pc, 128)
+	anon := a.anonymous(t)
+	bound := idle + 6<<10 // KiB
+	deadline := time.Now().Add(20 * time.Second)
+	for anon > bound {
+		if time.Now().After(deadline) {
+			t.Fatalf("anonymous memory %.1f MiB 20 s after the transfer (%.1f MiB idle), want at most %.1f MiB", mib(anon), mib(idle), mib(bound))
+		}
+		time.Sleep(200 * time.Millisecond)
+		anon = a.anonymous(t)
+	}
+	t.Logf("idle %.1f MiB, after %.1f MiB", mib(idle), mib(anon))
 }

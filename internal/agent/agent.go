@@ -16,6 +16,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"runtime/debug"
 	"time"
 
 	"go.uber.org/zap"
@@ -106,6 +108,7 @@ type Agent struct {
 	Config Config
 
 	clients  clientsHolder // the native surface's, for the pause's notices
+	giveBack *traffic.BurstWatcher
 	cgroups  *proc.Cgroups
 	setClock func(time.Time) error
 	log      *zap.Logger
@@ -161,6 +164,7 @@ func (a *Agent) buildManagers(cfg Config) error {
 			return err
 		}
 	}
+	a.giveBack = traffic.WatchBursts(a.Counter, giveBackAfter, giveMemoryBack)
 	a.PTYs = ptymux.NewManager(a.Streams, cfg.Reaper, a.Defaults, log.Named("pty"))
 	a.Watches = watch.NewManagerWith(a.Streams, watch.ManagerOptions{Logger: log.Named("watch"), IsTemp: files.IsTemp})
 	a.Kernels = jupyter.NewManager(jupyter.Options{
@@ -217,6 +221,26 @@ func (a *Agent) buildManagers(cfg Config) error {
 	}
 	a.Kernels.SkipIDs(earlier)
 	return nil
+}
+
+// giveBackAfter is the burst after which the agent gives the memory it
+// left behind back to the system (giveMemoryBack): 16 MiB over any
+// surface, then a second with no byte. The stream registry returns what
+// retained output held as soon as it is let go of; this covers the rest,
+// the garbage each surface's encoding makes of a large transfer, which
+// would otherwise stay resident until the runtime's forced collection two
+// minutes later. A collection of the agent's small heap takes a
+// millisecond or two; this runs at most once a second and never while
+// bytes cross.
+var giveBackAfter = traffic.Burst{MinBytes: 16 << 20, Quiet: time.Second}
+
+// giveMemoryBack collects twice, then returns every free page: what
+// sync.Pools hold (the Connect codec's message buffers, a megabyte each
+// after large requests) outlives one collection in the pools' victim
+// cache, and is only free after the second.
+func giveMemoryBack() {
+	runtime.GC()
+	debug.FreeOSMemory()
 }
 
 // errNoClock is what setting the clock answers where nobody said how.
@@ -287,6 +311,9 @@ func (a *Agent) Close() {
 	}
 	if a.Files != nil {
 		a.Files.Close()
+	}
+	if a.giveBack != nil {
+		a.giveBack.Close()
 	}
 	if a.Counter != nil {
 		a.Counter.Close()
