@@ -56,6 +56,9 @@ type byteChan struct {
 	gaps     []gapMark
 	err      error // returned once the buffered bytes are consumed
 	owned    bool  // a callback consumes this channel
+	// receiving says the reader goroutine is between the two locked
+	// parts of receive, writing into free room of buf: buf stays then.
+	receiving bool
 }
 
 func newByteChan(h *handle, name string, from uint64, window int) *byteChan {
@@ -80,7 +83,13 @@ func (b *byteChan) receive(off uint64, prefix []byte, r io.Reader) error {
 		b.mu.Unlock()
 		return protocolErrorf("stream %d %s: data at offset %d, expected %d", b.h.id, b.name, off, b.received)
 	}
+	b.receiving = true
 	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.receiving = false
+		b.mu.Unlock()
+	}()
 	pend := 0
 	for len(prefix) > 0 {
 		n := copy(b.reserve(pend), prefix)
@@ -193,6 +202,12 @@ func (b *byteChan) nextLocked() ([]byte, *GapError, error) {
 			}
 		}
 		return seg, nil, nil
+	}
+	if b.err != nil && !b.receiving {
+		// Consumed to the end: the ring (up to a window, a megabyte by
+		// default) goes now, not with the handle, which an application
+		// may keep long after.
+		b.buf, b.head = nil, 0
 	}
 	return nil, nil, b.err
 }

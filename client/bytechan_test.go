@@ -134,3 +134,51 @@ func TestByteChanWriteTo(t *testing.T) {
 		t.Fatalf("second copy: %q %v", out.String(), err)
 	}
 }
+
+// TestByteChanLetsGoOfItsRingAtTheEnd: a channel read to its end lets go
+// of its ring, which an application keeping a finished handle would
+// otherwise hold (up to a window); one whose end is not consumed yet, or
+// whose reader goroutine is still writing into the ring, keeps it.
+func TestByteChanLetsGoOfItsRingAtTheEnd(t *testing.T) {
+	b := newByteChan(testHandle(), "stdout", 0, 1<<20)
+	frame := bytes.Repeat([]byte("x"), 300<<10)
+	if err := b.receive(0, nil, bytes.NewReader(frame)); err != nil {
+		t.Fatal(err)
+	}
+	b.finish(io.EOF)
+	if len(b.buf) < len(frame) {
+		t.Fatalf("ring of %d bytes before the bytes were read", len(b.buf))
+	}
+	if n, err := io.Copy(io.Discard, b); err != nil || n != int64(len(frame)) {
+		t.Fatal(n, err)
+	}
+	if b.buf != nil {
+		t.Fatalf("the ring (%d bytes) is kept after the end was read", len(b.buf))
+	}
+	if n, err := b.Read(make([]byte, 10)); n != 0 || err != io.EOF {
+		t.Fatalf("Read after the end: %d, %v", n, err)
+	}
+
+	// A finish from another goroutine (Close) while the reader goroutine
+	// is inside receive: the ring must stay until receive is done.
+	b = newByteChan(testHandle(), "stdout", 0, 1<<20)
+	pr, pw := io.Pipe()
+	received := make(chan error)
+	go func() { received <- b.receive(0, nil, pr) }()
+	pw.Write(frame[:1000])
+	b.finish(ErrClosed)
+	if _, err := b.Read(make([]byte, 10)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Read after Close: %v", err)
+	}
+	pw.Write(frame[1000:2000])
+	pw.Close()
+	if err := <-received; err != nil {
+		t.Fatal(err)
+	}
+	if n, err := io.Copy(io.Discard, b); n != 2000 || !errors.Is(err, ErrClosed) {
+		t.Fatalf("after a receive that outlived Close: %d bytes, %v", n, err)
+	}
+	if b.buf != nil {
+		t.Fatal("the ring is kept after the end was read")
+	}
+}
