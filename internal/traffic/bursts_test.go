@@ -44,3 +44,46 @@ func TestBurstHookRunsOncePerEndedBurst(t *testing.T) {
 	clock.Advance(time.Second)
 	waitRuns(2)
 }
+
+// TestBurstWatcherSleepsWhileQuiet: once the endpoint is quiet the watcher
+// stops ticking until the next counted byte (an idle agent is not woken
+// for it), and that byte wakes it.
+func TestBurstWatcherSleepsWhileQuiet(t *testing.T) {
+	c, clock := newFakeCounter()
+	var runs atomic.Int32
+	w := watchBursts(c, Burst{MinBytes: 1000, Quiet: time.Second}, time.Millisecond, func() { runs.Add(1) })
+	defer w.Close()
+	clock.Advance(time.Minute)
+	settled := func() int64 {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			n := w.checks.Load()
+			time.Sleep(50 * time.Millisecond) // fifty ticks, were it ticking
+			if w.checks.Load() == n {
+				return n
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the watcher goes on ticking while nothing crosses")
+			}
+		}
+	}
+	n := settled()
+	c.In(2000) // wakes it; quiet comes a second later
+	for deadline := time.Now().Add(5 * time.Second); w.checks.Load() < n+5; {
+		if time.Now().After(deadline) {
+			t.Fatal("a counted byte did not wake the watcher")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if runs.Load() != 0 {
+		t.Fatal("hook ran before the burst went quiet")
+	}
+	clock.Advance(time.Second)
+	for deadline := time.Now().Add(5 * time.Second); runs.Load() != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the burst's hook did not run")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	settled()
+}

@@ -34,6 +34,10 @@ type Counter struct {
 	maxIdle  atomic.Int64 // seconds; 0 means no idle policy
 	clock    Clock
 	holds    *Holds
+	// A BurstWatcher that found the endpoint quiet sleeps until the next
+	// counted byte instead of ticking (asleep set); Touch wakes it.
+	asleep atomic.Bool
+	wake   chan struct{}
 }
 
 // Clock is where a Counter reads the time. Mono is a monotonic clock from
@@ -55,7 +59,7 @@ func NewCounter() *Counter { return NewCounterWithClock(systemClock{origin: time
 // NewCounterWithClock is NewCounter on another clock (tests pass one they
 // can move).
 func NewCounterWithClock(clock Clock) *Counter {
-	c := &Counter{clock: clock, holds: newHolds(clock)}
+	c := &Counter{clock: clock, holds: newHolds(clock), wake: make(chan struct{}, 1)}
 	c.Touch()
 	return c
 }
@@ -98,6 +102,12 @@ func (c *Counter) Out(n int) {
 func (c *Counter) Touch() {
 	storeMax(&c.lastMono, int64(c.clock.Mono()))
 	c.last.Store(c.clock.Now().UnixNano())
+	if c.asleep.Load() && c.asleep.CompareAndSwap(true, false) {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // storeMax raises v to x unless it is already higher.
