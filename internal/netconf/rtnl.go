@@ -7,44 +7,37 @@ package netconf
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"net/netip"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-)
 
-// errShortReply means the kernel answered with a message we cannot parse.
-var errShortReply = errors.New("netlink: short reply")
+	"github.com/rayito/rayito-agent/internal/netlink"
+)
 
 // RTNL is a minimal rtnetlink client: just enough requests to bring a
 // link up, give it an IPv4 address and a default route, and forget its
 // neighbours, each acknowledged. It replaces "ip".
 type RTNL struct {
-	fd  int
-	seq uint32
+	c *netlink.Conn
 }
 
 // Dial opens an rtnetlink socket.
 func Dial() (*RTNL, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	c, err := netlink.Dial(unix.NETLINK_ROUTE)
 	if err != nil {
-		return nil, fmt.Errorf("netlink socket: %w", err)
+		return nil, err
 	}
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("netlink bind: %w", err)
-	}
-	return &RTNL{fd: fd}, nil
+	return &RTNL{c: c}, nil
 }
 
 // Close closes the socket.
-func (c *RTNL) Close() error { return unix.Close(c.fd) }
+func (c *RTNL) Close() error { return c.c.Close() }
 
 // SetLinkUp sets IFF_UP on the link with the given index.
 func (c *RTNL) SetLinkUp(index int) error {
 	msg := unix.IfInfomsg{Family: unix.AF_UNSPEC, Index: int32(index), Flags: unix.IFF_UP, Change: unix.IFF_UP}
-	return c.do(unix.RTM_NEWLINK, 0, structBytes(&msg))
+	return c.c.Do(unix.RTM_NEWLINK, 0, structBytes(&msg))
 }
 
 // ReplaceAddr sets an IPv4 address on the link; replacing keeps a second
@@ -55,7 +48,7 @@ func (c *RTNL) ReplaceAddr(index int, p netip.Prefix) error {
 	ip := p.Addr().As4()
 	b = appendAttr(b, unix.IFA_LOCAL, ip[:])
 	b = appendAttr(b, unix.IFA_ADDRESS, ip[:])
-	return c.do(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, b)
+	return c.c.Do(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, b)
 }
 
 // ReplaceDefaultRoute points the main table's IPv4 default route at gw.
@@ -73,61 +66,7 @@ func (c *RTNL) ReplaceDefaultRoute(index int, gw netip.Addr) error {
 	oif := make([]byte, 4)
 	binary.NativeEndian.PutUint32(oif, uint32(index))
 	b = appendAttr(b, unix.RTA_OIF, oif)
-	return c.do(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, b)
-}
-
-// do sends one request and waits for its acknowledgement.
-func (c *RTNL) do(typ uint16, flags uint16, body []byte) error {
-	c.seq++
-	hdr := unix.NlMsghdr{
-		Len:   uint32(unix.SizeofNlMsghdr + len(body)),
-		Type:  typ,
-		Flags: unix.NLM_F_REQUEST | unix.NLM_F_ACK | flags,
-		Seq:   c.seq,
-	}
-	req := append(structBytes(&hdr), body...)
-	if err := unix.Sendto(c.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("netlink send: %w", err)
-	}
-	buf := make([]byte, 8192)
-	for {
-		n, _, err := unix.Recvfrom(c.fd, buf, 0)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("netlink receive: %w", err)
-		}
-		done, err := c.ack(buf[:n])
-		if done {
-			return err
-		}
-	}
-}
-
-// ack looks for the NLMSG_ERROR message answering the current request; an
-// error code of zero is the kernel's positive acknowledgement.
-func (c *RTNL) ack(b []byte) (bool, error) {
-	for len(b) >= unix.SizeofNlMsghdr {
-		l := binary.NativeEndian.Uint32(b[0:4])
-		typ := binary.NativeEndian.Uint16(b[4:6])
-		seq := binary.NativeEndian.Uint32(b[8:12])
-		if l < unix.SizeofNlMsghdr || int(l) > len(b) {
-			return true, errShortReply
-		}
-		if typ == unix.NLMSG_ERROR && seq == c.seq {
-			if l < unix.SizeofNlMsghdr+4 {
-				return true, errShortReply
-			}
-			code := int32(binary.NativeEndian.Uint32(b[16:20]))
-			if code == 0 {
-				return true, nil
-			}
-			return true, unix.Errno(-code)
-		}
-		b = b[nlmAlign(int(l)):]
-	}
-	return false, nil
+	return c.c.Do(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, b)
 }
 
 func appendAttr(b []byte, typ uint16, data []byte) []byte {
@@ -135,10 +74,8 @@ func appendAttr(b []byte, typ uint16, data []byte) []byte {
 	attr := unix.RtAttr{Len: uint16(l), Type: typ}
 	b = append(b, structBytes(&attr)...)
 	b = append(b, data...)
-	return append(b, make([]byte, nlmAlign(l)-l)...)
+	return append(b, make([]byte, netlink.Align(l)-l)...)
 }
-
-func nlmAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
 
 // structBytes copies a fixed-size kernel struct into a new byte slice in
 // native byte order, which is what netlink speaks.
@@ -152,14 +89,14 @@ func (c *RTNL) DeleteAddr(index int, p netip.Prefix) error {
 	b := structBytes(&msg)
 	ip := p.Addr().As4()
 	b = appendAttr(b, unix.IFA_LOCAL, ip[:])
-	return c.do(unix.RTM_DELADDR, 0, b)
+	return c.c.Do(unix.RTM_DELADDR, 0, b)
 }
 
 // FlushNeighbours forgets the IPv4 neighbours the link has learned (as
 // `ip neigh flush dev`), keeping permanent ones, and says how many.
 func (c *RTNL) FlushNeighbours(index int) (int, error) {
 	msg := unix.NdMsg{Family: unix.AF_INET, Ifindex: int32(index)}
-	msgs, err := c.dump(unix.RTM_GETNEIGH, structBytes(&msg))
+	msgs, err := c.c.Dump(unix.RTM_GETNEIGH, structBytes(&msg))
 	if err != nil {
 		return 0, err
 	}
@@ -178,52 +115,12 @@ func (c *RTNL) FlushNeighbours(index int) (int, error) {
 			continue
 		}
 		del := unix.NdMsg{Family: unix.AF_INET, Ifindex: int32(index)}
-		if err := c.do(unix.RTM_DELNEIGH, 0, appendAttr(structBytes(&del), unix.NDA_DST, dst)); err != nil && !errors.Is(err, unix.ENOENT) {
+		if err := c.c.Do(unix.RTM_DELNEIGH, 0, appendAttr(structBytes(&del), unix.NDA_DST, dst)); err != nil && !errors.Is(err, unix.ENOENT) {
 			return n, err
 		}
 		n++
 	}
 	return n, nil
-}
-
-// dump sends a dump request and returns the body of each message of the
-// answer.
-func (c *RTNL) dump(typ uint16, body []byte) ([][]byte, error) {
-	c.seq++
-	hdr := unix.NlMsghdr{Len: uint32(unix.SizeofNlMsghdr + len(body)), Type: typ, Flags: unix.NLM_F_REQUEST | unix.NLM_F_DUMP, Seq: c.seq}
-	if err := unix.Sendto(c.fd, append(structBytes(&hdr), body...), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, fmt.Errorf("netlink send: %w", err)
-	}
-	var out [][]byte
-	buf := make([]byte, 1<<16)
-	for {
-		n, _, err := unix.Recvfrom(c.fd, buf, 0)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("netlink receive: %w", err)
-		}
-		b := buf[:n]
-		for len(b) >= unix.SizeofNlMsghdr {
-			l := binary.NativeEndian.Uint32(b[0:4])
-			t := binary.NativeEndian.Uint16(b[4:6])
-			if l < unix.SizeofNlMsghdr || int(l) > len(b) {
-				return nil, errShortReply
-			}
-			switch t {
-			case unix.NLMSG_DONE:
-				return out, nil
-			case unix.NLMSG_ERROR:
-				if code := int32(binary.NativeEndian.Uint32(b[16:20])); code != 0 {
-					return nil, unix.Errno(-code)
-				}
-			default:
-				out = append(out, append([]byte(nil), b[unix.SizeofNlMsghdr:l]...))
-			}
-			b = b[nlmAlign(int(l)):]
-		}
-	}
 }
 
 // attr finds an attribute's data among rtattrs.
@@ -237,7 +134,7 @@ func attr(b []byte, typ uint16) []byte {
 		if t == typ {
 			return b[unix.SizeofRtAttr:l]
 		}
-		b = b[nlmAlign(int(l)):]
+		b = b[netlink.Align(int(l)):]
 	}
 	return nil
 }

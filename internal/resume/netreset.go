@@ -9,9 +9,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rayito/rayito-agent/internal/netlink"
 )
 
 // Stale connections. After a long pause, or in a clone, a TCP connection a
@@ -26,17 +27,14 @@ import (
 
 // Sizes of the sock_diag structures (linux/inet_diag.h).
 const (
-	nlmsgHdrLen     = 16
-	inetDiagIDLen   = 48
-	inetDiagReqLen  = 8 + inetDiagIDLen
-	inetDiagMsgLen  = 4 + inetDiagIDLen + 20
-	nlmsgErrorLen   = 4
-	tcpEstablished  = 1
-	tcpListen       = 10
-	tcpTimeWait     = 6
-	tcpClose        = 7
-	staleTCPStates  = 0xfff &^ (1<<tcpListen | 1<<tcpTimeWait | 1<<tcpClose | 1)
-	netlinkRecvSize = 1 << 16
+	inetDiagIDLen  = 48
+	inetDiagReqLen = 8 + inetDiagIDLen
+	inetDiagMsgLen = 4 + inetDiagIDLen + 20
+	tcpEstablished = 1
+	tcpListen      = 10
+	tcpTimeWait    = 6
+	tcpClose       = 7
+	staleTCPStates = 0xfff &^ (1<<tcpListen | 1<<tcpTimeWait | 1<<tcpClose | 1)
 )
 
 // Conn is a TCP connection the reset found, as last_resume reports it.
@@ -59,14 +57,14 @@ type tcpSock struct {
 // machine except those whose socket inode skip names (the agent's own),
 // and returns the ones it reset.
 func ResetStaleTCP(skip map[uint32]bool) ([]Conn, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	nl, err := netlink.Dial(unix.NETLINK_SOCK_DIAG)
 	if err != nil {
-		return nil, fmt.Errorf("sock_diag netlink: %w", err)
+		return nil, fmt.Errorf("sock_diag: %w", err)
 	}
-	defer unix.Close(fd)
+	defer nl.Close()
 	var socks []tcpSock
 	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		s, err := dumpTCP(fd, family)
+		s, err := dumpTCP(nl, family)
 		if err != nil {
 			return nil, err
 		}
@@ -78,7 +76,7 @@ func ResetStaleTCP(skip map[uint32]bool) ([]Conn, error) {
 		if skip[s.inode] || s.remote.Addr().IsLoopback() || s.remote.Addr().Unmap().IsLoopback() || s.remote.Addr() == s.local.Addr() {
 			continue
 		}
-		err := destroyTCP(fd, s)
+		err := destroyTCP(nl, s)
 		if errors.Is(err, unix.EOPNOTSUPP) {
 			// A kernel without CONFIG_INET_DIAG_DESTROY: shut the socket
 			// down through a copy of its owner's descriptor instead.
@@ -95,49 +93,27 @@ func ResetStaleTCP(skip map[uint32]bool) ([]Conn, error) {
 
 // diagRequest is an inet_diag_req_v2 for TCP in family, of states, naming
 // socket id (zero for a dump).
-func diagRequest(typ uint16, flags uint16, family uint8, states uint32, id []byte) []byte {
-	b := make([]byte, nlmsgHdrLen+inetDiagReqLen)
-	binary.NativeEndian.PutUint32(b[0:], uint32(len(b)))
-	binary.NativeEndian.PutUint16(b[4:], typ)
-	binary.NativeEndian.PutUint16(b[6:], flags)
-	binary.NativeEndian.PutUint32(b[8:], 1) // seq
-	r := b[nlmsgHdrLen:]
+func diagRequest(family uint8, states uint32, id []byte) []byte {
+	r := make([]byte, inetDiagReqLen)
 	r[0], r[1] = family, unix.IPPROTO_TCP
 	binary.NativeEndian.PutUint32(r[4:], states)
 	copy(r[8:], id)
-	return b
+	return r
 }
 
 // dumpTCP lists the TCP sockets of family in the states a reset touches.
-func dumpTCP(fd int, family uint8) ([]tcpSock, error) {
-	req := diagRequest(unix.SOCK_DIAG_BY_FAMILY, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, family, staleTCPStates, nil)
-	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+func dumpTCP(nl *netlink.Conn, family uint8) ([]tcpSock, error) {
+	msgs, err := nl.Dump(unix.SOCK_DIAG_BY_FAMILY, diagRequest(family, staleTCPStates, nil))
+	if err != nil {
 		return nil, fmt.Errorf("sock_diag dump: %w", err)
 	}
 	var out []tcpSock
-	buf := make([]byte, netlinkRecvSize)
-	for {
-		n, _, err := unix.Recvfrom(fd, buf, 0)
-		if err != nil {
-			return nil, fmt.Errorf("sock_diag dump: %w", err)
-		}
-		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
-		if err != nil {
-			return nil, fmt.Errorf("sock_diag dump: %w", err)
-		}
-		for _, m := range msgs {
-			switch m.Header.Type {
-			case unix.NLMSG_DONE:
-				return out, nil
-			case unix.NLMSG_ERROR:
-				return nil, fmt.Errorf("sock_diag dump: %w", netlinkError(m.Data))
-			}
-			if len(m.Data) < inetDiagMsgLen {
-				continue
-			}
-			out = append(out, parseDiagMsg(m.Data))
+	for _, m := range msgs {
+		if len(m) >= inetDiagMsgLen {
+			out = append(out, parseDiagMsg(m))
 		}
 	}
+	return out, nil
 }
 
 func parseDiagMsg(d []byte) tcpSock {
@@ -157,37 +133,8 @@ func parseDiagMsg(d []byte) tcpSock {
 }
 
 // destroyTCP asks the kernel to reset one socket (SOCK_DESTROY).
-func destroyTCP(fd int, s tcpSock) error {
-	req := diagRequest(unix.SOCK_DESTROY, unix.NLM_F_REQUEST|unix.NLM_F_ACK, s.family, 0xffffffff, s.id[:])
-	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return err
-	}
-	buf := make([]byte, 4096)
-	n, _, err := unix.Recvfrom(fd, buf, 0)
-	if err != nil {
-		return err
-	}
-	msgs, err := syscall.ParseNetlinkMessage(buf[:n])
-	if err != nil {
-		return err
-	}
-	for _, m := range msgs {
-		if m.Header.Type == unix.NLMSG_ERROR {
-			return netlinkError(m.Data)
-		}
-	}
-	return nil
-}
-
-// netlinkError reads an NLMSG_ERROR's code (0: an acknowledgement).
-func netlinkError(d []byte) error {
-	if len(d) < nlmsgErrorLen {
-		return errors.New("short netlink error")
-	}
-	if code := int32(binary.NativeEndian.Uint32(d)); code != 0 {
-		return unix.Errno(-code)
-	}
-	return nil
+func destroyTCP(nl *netlink.Conn, s tcpSock) error {
+	return nl.Do(unix.SOCK_DESTROY, 0, diagRequest(s.family, 0xffffffff, s.id[:]))
 }
 
 // OwnSocketInodes are the inodes of the sockets this process holds.

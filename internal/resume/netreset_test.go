@@ -1,73 +1,78 @@
 package resume
 
 import (
-	"io"
+	"errors"
 	"net"
-	"os"
-	"strconv"
-	"strings"
+	"net/netip"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rayito/rayito-agent/internal/netlink"
 )
 
-// inodeOf is the inode of a connection's socket.
-func inodeOf(t *testing.T, c *net.TCPConn) uint32 {
-	t.Helper()
-	raw, err := c.SyscallConn()
+// The sock_diag half of the stale-connection reset on this machine's
+// kernel: the dump finds a TCP connection (loopback here, which the reset
+// itself leaves alone) with its addresses and inode, and SOCK_DESTROY
+// resets it: its owner's read fails at once.
+func TestDumpAndDestroyTCP(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var inode uint32
-	raw.Control(func(fd uintptr) {
-		link, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(fd)))
-		if err != nil {
-			t.Fatal(err)
+	defer l.Close()
+	conn, err := net.Dial("tcp4", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	peer, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	local := netip.MustParseAddrPort(conn.LocalAddr().String())
+	remote := netip.MustParseAddrPort(conn.RemoteAddr().String())
+
+	nl, err := netlink.Dial(unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	socks, err := dumpTCP(nl, unix.AF_INET)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found *tcpSock
+	for i, s := range socks {
+		if s.local == local && s.remote == remote {
+			found = &socks[i]
 		}
-		n, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]"), 10, 32)
-		inode = uint32(n)
-	})
-	return inode
+		if s.local == netip.MustParseAddrPort(l.Addr().String()) && s.remote.Port() == 0 {
+			t.Errorf("the dump lists the listener %s: listening sockets are never reset", s.local)
+		}
+	}
+	if found == nil {
+		t.Fatalf("the dump (%d sockets) does not list %s to %s", len(socks), local, remote)
+	}
+	if !OwnSocketInodes()[found.inode] {
+		t.Fatalf("inode %d of the connection is not among this process's sockets", found.inode)
+	}
+	err = destroyTCP(nl, *found)
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		t.Skip("this kernel has no SOCK_DESTROY (CONFIG_INET_DIAG_DESTROY)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, unix.EAGAIN) || isTimeout(err) {
+		t.Fatalf("read of a destroyed connection: %v, want it reset", err)
+	}
 }
 
-// TestShutdownByInode: the fallback reset, where SOCK_DESTROY is missing,
-// shuts a socket down through a copy of its owner's descriptor: a read
-// blocked on it returns end of file. (The reset itself, which acts on
-// every connection of the machine, runs in the VM: rootfs/e2e.)
-func TestShutdownByInode(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			defer c.Close()
-			time.Sleep(time.Minute)
-		}
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	read := make(chan error, 1)
-	go func() {
-		_, err := c.Read(make([]byte, 1))
-		read <- err
-	}()
-	if err := shutdownByInode(inodeOf(t, c.(*net.TCPConn))); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-read:
-		if err != io.EOF {
-			t.Errorf("the blocked read returned %v, want EOF", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the blocked read did not return after the shutdown")
-	}
-	if err := shutdownByInode(1); err == nil || !strings.Contains(err.Error(), "no process holds socket 1") {
-		t.Errorf("an inode nobody holds: %v", err)
-	}
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
