@@ -85,11 +85,26 @@ func (b *byteChan) receive(off uint64, prefix []byte, r io.Reader) error {
 	}
 	b.receiving = true
 	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		b.receiving = false
-		b.mu.Unlock()
-	}()
+	pend, err := b.fill(prefix, r)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.receiving = false
+	if err != nil {
+		return err
+	}
+	if n := b.size + pend - b.oldLocked(); b.limit > 0 && n > b.limit {
+		return protocolErrorf("stream %d %s: %d bytes unacknowledged, beyond the window", b.h.id, b.name, n)
+	}
+	b.size += pend
+	b.received += uint64(pend)
+	b.cond.Broadcast()
+	return nil
+}
+
+// fill writes a frame's payload (prefix, then r to its end) into the free
+// room after the published bytes, without publishing it, and returns how
+// much it wrote.
+func (b *byteChan) fill(prefix []byte, r io.Reader) (int, error) {
 	pend := 0
 	for len(prefix) > 0 {
 		n := copy(b.reserve(pend), prefix)
@@ -99,21 +114,12 @@ func (b *byteChan) receive(off uint64, prefix []byte, r io.Reader) error {
 		n, err := r.Read(b.reserve(pend))
 		pend += n
 		if err == io.EOF {
-			break
+			return pend, nil
 		}
 		if err != nil {
-			return err
+			return pend, err
 		}
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if n := b.size + pend - b.oldLocked(); b.limit > 0 && n > b.limit {
-		return protocolErrorf("stream %d %s: %d bytes unacknowledged, beyond the window", b.h.id, b.name, n)
-	}
-	b.size += pend
-	b.received += uint64(pend)
-	b.cond.Broadcast()
-	return nil
 }
 
 // reattached starts a new attachment's window count at what was received:

@@ -15,17 +15,7 @@ func TestBurstHookRunsOncePerEndedBurst(t *testing.T) {
 	var runs atomic.Int32
 	w := watchBursts(c, Burst{MinBytes: 1000, Quiet: time.Second}, 5*time.Millisecond, func() { runs.Add(1) })
 	defer w.Close()
-	waitRuns := func(want int32) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for runs.Load() != want && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		time.Sleep(50 * time.Millisecond) // ticks go on: the count must hold
-		if got := runs.Load(); got != want {
-			t.Fatalf("hook ran %d times, want %d", got, want)
-		}
-	}
+	waitRuns := func(want int32) { t.Helper(); waitHookRuns(t, &runs, want) }
 	c.In(900)
 	clock.Advance(time.Minute)
 	waitRuns(0) // 900 bytes are no burst, however quiet

@@ -81,16 +81,7 @@ func TestIdleHookRunsOncePerIdlePeriod(t *testing.T) {
 		runs.Add(1)
 	})
 	defer w.Close()
-	waitRuns := func(want int32) {
-		deadline := time.Now().Add(5 * time.Second)
-		for runs.Load() != want && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		time.Sleep(50 * time.Millisecond) // ticks go on: the count must hold
-		if got := runs.Load(); got != want {
-			t.Fatalf("hook ran %d times, want %d", got, want)
-		}
-	}
+	waitRuns := func(want int32) { waitHookRuns(t, &runs, want) }
 	waitRuns(0)
 	clock.Advance(61 * time.Second)
 	waitRuns(1)
@@ -219,5 +210,19 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition never held")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitHookRuns waits until a watcher's hook ran want times, then a little
+// longer: the watcher ticks on, and the count must hold.
+func waitHookRuns(t *testing.T, runs *atomic.Int32, want int32) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runs.Load() != want && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := runs.Load(); got != want {
+		t.Fatalf("hook ran %d times, want %d", got, want)
 	}
 }
