@@ -8,12 +8,17 @@ import (
 
 // TestInstanceIDs: each registry (each run of the agent) has its own
 // instance id, and no id one hands out is one another could hand out, or
-// that a JavaScript number cannot hold exactly.
+// that a JavaScript number cannot hold exactly. The prefix that keeps two
+// runs' ids apart is 21 random bits: two of 50 runs draw the same one
+// about once in 1,700 tests, which the test allows once (two such pairs
+// would take about one in six million).
 func TestInstanceIDs(t *testing.T) {
 	const runs = 50
 	instances := map[string]bool{}
 	owner := map[uint64]int{}
+	prefix := make([]uint64, runs)
 	regs := make([]*stream.Registry, runs)
+	shared := 0 // pairs of runs that drew the same prefix
 	for i := range regs {
 		r := stream.NewRegistry(0)
 		defer r.Close()
@@ -22,20 +27,34 @@ func TestInstanceIDs(t *testing.T) {
 			t.Fatalf("run %d: instance %q is not a fresh 128-bit id", i, r.Instance())
 		}
 		instances[r.Instance()] = true
-		for range 3 {
+		for k := range 3 {
 			s := r.Create(stream.Config{Kind: stream.KindProcess})
 			if s.ID == 0 || s.ID > stream.MaxID || s.ID > 1<<53-1 {
 				t.Fatalf("run %d: id %d is 0 or not below 2^53", i, s.ID)
 			}
-			if j, ok := owner[s.ID]; ok {
+			if k == 0 {
+				prefix[i] = s.ID >> 32
+				for j := range i {
+					if prefix[j] == prefix[i] {
+						shared++
+					}
+				}
+			}
+			if s.ID>>32 != prefix[i] {
+				t.Fatalf("run %d: id %#x is not under its prefix %#x", i, s.ID, prefix[i])
+			}
+			if j, ok := owner[s.ID]; ok && prefix[j] != prefix[i] {
 				t.Fatalf("id %d handed out by run %d and run %d", s.ID, j, i)
 			}
 			owner[s.ID] = i
 		}
 	}
+	if shared > 1 {
+		t.Fatalf("%d pairs of 50 runs drew the same id prefix", shared)
+	}
 	for id, i := range owner {
 		for j, r := range regs {
-			if got := r.Owns(id); got != (i == j) {
+			if got := r.Owns(id); got != (prefix[i] == prefix[j]) {
 				t.Fatalf("run %d Owns(%d) = %v; the id is run %d's", j, id, got, i)
 			}
 		}
