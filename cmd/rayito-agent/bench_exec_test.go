@@ -30,11 +30,15 @@ const execBlock = 20
 // and its context switches per exec (how often its threads slept and were
 // woken) tell more than the latencies. The SDK names each exec with an
 // op_id; bare-opid is bare with one, so `opid-adds-µs` is what the agent's
-// exactly-once bookkeeping costs an exec.
+// exactly-once bookkeeping costs an exec. floor is the same exec through
+// the least a Go websocket agent must do for it (bench_execfloor_test.go):
+// `floor/osexec` is what the machine allows any such agent, `bare/floor`
+// what the agent's own design adds.
 func BenchmarkAgentExec(b *testing.B) {
 	a := startAgentProc(b)
 	c := a.dial(b)
 	rc := a.raw(b)
+	floor := startExecFloor(b)
 	ctx := context.Background()
 	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
@@ -95,20 +99,30 @@ func BenchmarkAgentExec(b *testing.B) {
 				rc.execTrue(`"op_id":"bench-` + strconv.Itoa(opID) + `",`)
 			})
 		}},
+		{"floor", func(n int) []time.Duration {
+			return timeEach(n, func() { floor.execTrue(b) })
+		}},
 	}
 	lat := make([][]time.Duration, len(kinds))
-	cpu := make([]time.Duration, len(kinds))      // CPU of this process and the agent, per kind
+	cpu := make([]time.Duration, len(kinds))      // CPU of this process, the agent and the floor server, per kind
 	switches := make([]int, len(kinds))           // the agent's context switches, per kind
 	agentCPU := make([]time.Duration, len(kinds)) // the agent's own threads' CPU, per kind
 	b.ResetTimer()
+	var floorCPU time.Duration // the floor server's own threads, in its turns
+	floorSwitches := 0
 	for done := 0; done < b.N; done += execBlock {
 		n := min(execBlock, b.N-done)
 		for i, k := range kinds {
-			cpu0, sw0, own0 := ownCPU()+a.cpu(b), a.switches(b), a.threadsCPU(b)
+			cpu0, sw0, own0 := ownCPU()+a.cpu(b)+floor.proc.cpu(b), a.switches(b), a.threadsCPU(b)
+			fcpu0, fsw0 := floor.proc.threadsCPU(b), floor.proc.switches(b)
 			lat[i] = append(lat[i], k.run(n)...)
-			cpu[i] += ownCPU() + a.cpu(b) - cpu0
+			cpu[i] += ownCPU() + a.cpu(b) + floor.proc.cpu(b) - cpu0
 			switches[i] += a.switches(b) - sw0
 			agentCPU[i] += a.threadsCPU(b) - own0
+			if k.name == "floor" {
+				floorCPU += floor.proc.threadsCPU(b) - fcpu0
+				floorSwitches += floor.proc.switches(b) - fsw0
+			}
 		}
 	}
 	b.StopTimer()
@@ -120,6 +134,8 @@ func BenchmarkAgentExec(b *testing.B) {
 	b.ReportMetric(micros(agentCPU[4])/float64(b.N), "bare-opid-agent-CPU-µs/op")
 	b.ReportMetric(float64(switches[2])/float64(b.N), "sdk-agent-switches/op")
 	b.ReportMetric(float64(switches[3])/float64(b.N), "bare-agent-switches/op")
+	b.ReportMetric(micros(floorCPU)/float64(b.N), "floor-server-CPU-µs/op")
+	b.ReportMetric(float64(floorSwitches)/float64(b.N), "floor-server-switches/op")
 	p50 := make(map[string]float64)
 	for i, k := range kinds {
 		p50[k.name] = micros(quantile(lat[i], 0.5))
@@ -128,6 +144,9 @@ func BenchmarkAgentExec(b *testing.B) {
 	b.ReportMetric(micros(quantile(lat[2], 0.99)), "sdk-p99-µs")
 	b.ReportMetric(p50["sdk"]/p50["osexec"], "sdk/osexec")
 	b.ReportMetric(p50["bare"]/p50["osexec"], "bare/osexec")
+	b.ReportMetric(p50["floor"]/p50["osexec"], "floor/osexec")
+	b.ReportMetric(p50["sdk"]/p50["floor"], "sdk/floor")
+	b.ReportMetric(p50["bare"]/p50["floor"], "bare/floor")
 	b.ReportMetric(p50["sdk"]-p50["reaper"], "sdk-adds-µs")
 	b.ReportMetric(p50["bare"]-p50["reaper"], "bare-adds-µs")
 	b.ReportMetric(p50["bare-opid"]-p50["bare"], "opid-adds-µs")

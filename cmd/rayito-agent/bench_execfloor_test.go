@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/coder/websocket"
+	"golang.org/x/sys/unix"
+)
+
+// The exec floor: the least a websocket agent written in Go has to do to
+// run a command for a client the way the agent's exec does, and nothing
+// else. A separate process (this test binary, re-run as TestExecFloorServer)
+// serves one websocket; for each message it forks /bin/true with stdout and
+// stderr on pipes read in the poller, watches the child's pidfd in the
+// poller, answers "started" with the pid, reaps the child, waits for both
+// pipes' EOF and answers with the exit code; SIGCHLD is notified, as a
+// subreaper's must be. No streams, no JSON requests, no retention, no
+// acknowledgements. BenchmarkAgentExec runs it beside the agent, so
+// `bare/floor` is what the agent's own design costs an exec, and
+// `floor/osexec` what any such agent costs on the machine.
+
+// execFloorEnv, set, makes TestExecFloorServer serve.
+const execFloorEnv = "RAYITO_EXEC_FLOOR"
+
+func TestExecFloorServer(t *testing.T) {
+	if os.Getenv(execFloorEnv) == "" {
+		t.Skip("helper process for BenchmarkAgentExec's floor")
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	go func() {
+		for range sigs {
+		}
+	}()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println(ln.Addr())
+	http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		ctx := context.Background()
+		for {
+			if _, _, err := c.Read(ctx); err != nil {
+				return
+			}
+			code, err := floorExec(ctx, c)
+			if err != nil {
+				c.Write(ctx, websocket.MessageText, []byte(`{"error":`+strconv.Quote(err.Error())+`}`))
+				continue
+			}
+			c.Write(ctx, websocket.MessageText, []byte(`{"exit":`+strconv.Itoa(code)+`}`))
+		}
+	}))
+}
+
+// floorExec runs /bin/true as the floor does and returns its exit code.
+func floorExec(ctx context.Context, c *websocket.Conn) (int, error) {
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return 0, err
+	}
+	defer null.Close()
+	files := []uintptr{null.Fd(), 0, 0}
+	var outs []*os.File
+	for i := 1; i <= 2; i++ {
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+			return 0, err
+		}
+		outs = append(outs, os.NewFile(uintptr(p[0]), "out"))
+		files[i] = uintptr(p[1])
+	}
+	pidfd := -1
+	attr := &syscall.ProcAttr{Files: files, Sys: &syscall.SysProcAttr{Setsid: true, PidFD: &pidfd}}
+	pid, err := syscall.ForkExec("/bin/true", []string{"/bin/true"}, attr)
+	unix.Close(int(files[1]))
+	unix.Close(int(files[2]))
+	if err != nil {
+		for _, f := range outs {
+			f.Close()
+		}
+		return 0, err
+	}
+	eof := make(chan struct{}, len(outs))
+	for _, f := range outs {
+		go func() {
+			defer f.Close()
+			b := make([]byte, 4096)
+			for {
+				if _, err := f.Read(b); err != nil {
+					eof <- struct{}{}
+					return
+				}
+			}
+		}()
+	}
+	c.Write(ctx, websocket.MessageText, []byte(`{"started":`+strconv.Itoa(pid)+`}`))
+	unix.SetNonblock(pidfd, true)
+	pf := os.NewFile(uintptr(pidfd), "pidfd")
+	defer pf.Close()
+	rc, err := pf.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	rc.Read(func(fd uintptr) bool {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, _ := unix.Poll(p, 0)
+		return n > 0
+	})
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(pid, &ws, 0, nil); err != nil {
+		return 0, err
+	}
+	for range outs {
+		<-eof
+	}
+	return ws.ExitStatus(), nil
+}
+
+// execFloor is a client of a floor server, started for one benchmark.
+type execFloor struct {
+	ws   *websocket.Conn
+	ctx  context.Context
+	proc *agentProc // the server, for its CPU and context switches
+}
+
+func startExecFloor(tb testing.TB) *execFloor {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestExecFloorServer$")
+	cmd.Env = append(os.Environ(), execFloorEnv+"=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		tb.Fatal("floor server:", err)
+	}
+	ctx := context.Background()
+	ws, _, err := websocket.Dial(ctx, "ws://"+strings.TrimSpace(addr), nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ws.CloseNow() })
+	return &execFloor{ws: ws, ctx: ctx, proc: &agentProc{pid: cmd.Process.Pid}}
+}
+
+// execTrue runs /bin/true through the floor server: a request, the
+// started answer, the exit.
+func (f *execFloor) execTrue(tb testing.TB) {
+	if err := f.ws.Write(f.ctx, websocket.MessageText, []byte(`{"argv":["/bin/true"]}`)); err != nil {
+		tb.Fatal(err)
+	}
+	for _, want := range []string{`{"started":`, `{"exit":0}`} {
+		_, msg, err := f.ws.Read(f.ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if !strings.HasPrefix(string(msg), want) {
+			tb.Fatalf("floor server answered %s, want %s", msg, want)
+		}
+	}
+}
