@@ -396,6 +396,14 @@ func run(cfg config, log *zap.Logger) error {
 		zap.Uint64("fd_limit", nofile), zap.Int("max_connections", srv.MaxConns()),
 		zap.Bool("token_set", cfg.token != ""), zap.String("state_dir", cfg.stateDir),
 		zap.Uint64("resume_generation", a.Resumer.Generation()))
+	shed := time.AfterFunc(shedAfter, func() {
+		if n, err := shedStartupPages(); err != nil {
+			log.Warn("cannot let go of the binary's startup pages", zap.Error(err))
+		} else {
+			log.Debug("let go of the binary's startup pages", zap.Int64("mapped_bytes", n))
+		}
+	})
+	defer shed.Stop()
 	serveErr := make(chan error, len(ls)+1)
 	for i, l := range ls {
 		if i > 0 {
