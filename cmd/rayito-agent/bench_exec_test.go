@@ -31,14 +31,14 @@ const execBlock = 20
 // woken) tell more than the latencies. The SDK names each exec with an
 // op_id; bare-opid is bare with one, so `opid-adds-µs` is what the agent's
 // exactly-once bookkeeping costs an exec. floor is the same exec through
-// the least a Go websocket agent must do for it (bench_execfloor_test.go):
+// the least a Go websocket agent must do for it (bench_floor_test.go):
 // `floor/osexec` is what the machine allows any such agent, `bare/floor`
 // what the agent's own design adds.
 func BenchmarkAgentExec(b *testing.B) {
 	a := startAgentProc(b)
 	c := a.dial(b)
 	rc := a.raw(b)
-	floor := startExecFloor(b)
+	floor := startFloor(b)
 	ctx := context.Background()
 	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {

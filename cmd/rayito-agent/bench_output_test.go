@@ -19,8 +19,9 @@ var outputArgv = []string{"head", "-c", strconv.Itoa(outputBytes), "/dev/zero"}
 
 // BenchmarkAgentOutput is the stdout of `head -c 256MiB /dev/zero` read
 // through an agent process (with the SDK, and with bare frames), against
-// the same command's stdout read from a pipe in this process, in the same
-// run. Each op runs all three, in turn. Metrics: MiB/s of each (median
+// the same command's stdout read from a pipe in this process and through
+// the floor (bench_floor_test.go: the least a Go websocket agent does to
+// send it), in the same run. Each op runs all four, in turn. Metrics: MiB/s of each (median
 // over the ops) and the median of each op's ratio to the pipe (the goal
 // is at least 0.5); and the CPU time every process involved spent per MiB
 // (this one, the agent, and the command), which a loaded machine
@@ -29,6 +30,7 @@ func BenchmarkAgentOutput(b *testing.B) {
 	a := startAgentProc(b)
 	c := a.dial(b)
 	rc := a.raw(b)
+	fl := startFloor(b)
 	buf := make([]byte, 1<<20)
 	frames := 0 // data frames the bare client got
 	kinds := []struct {
@@ -44,6 +46,11 @@ func BenchmarkAgentOutput(b *testing.B) {
 			}
 			frames += f
 		}},
+		{"floor", func() {
+			if n := fl.readOutput(b, buf); n != outputBytes {
+				b.Fatal(n)
+			}
+		}},
 	}
 	rates := make([][]float64, len(kinds))
 	cpu := make([][]float64, len(kinds)) // ms of CPU per MiB, all processes
@@ -52,11 +59,11 @@ func BenchmarkAgentOutput(b *testing.B) {
 	for i := range b.N {
 		for j := range kinds {
 			k := (i + j) % len(kinds) // rotate who goes first
-			cpu0 := ownCPU() + a.cpu(b)
+			cpu0 := ownCPU() + a.cpu(b) + fl.proc.cpu(b)
 			start := time.Now()
 			kinds[k].run()
 			rates[k] = append(rates[k], float64(outputBytes)/(1<<20)/time.Since(start).Seconds())
-			cpu[k] = append(cpu[k], float64((ownCPU()+a.cpu(b)-cpu0).Milliseconds())/(outputBytes>>20))
+			cpu[k] = append(cpu[k], float64((ownCPU()+a.cpu(b)+fl.proc.cpu(b)-cpu0).Milliseconds())/(outputBytes>>20))
 		}
 	}
 	b.StopTimer()
@@ -71,6 +78,13 @@ func BenchmarkAgentOutput(b *testing.B) {
 			ratios[i] = rates[k+1][i] / rates[0][i]
 		}
 		b.ReportMetric(median(ratios), kind.name+"/pipe")
+	}
+	for k, kind := range kinds[1:3] {
+		ratios := make([]float64, len(rates[0]))
+		for i := range ratios {
+			ratios[i] = rates[k+1][i] / rates[3][i]
+		}
+		b.ReportMetric(median(ratios), kind.name+"/floor")
 	}
 }
 

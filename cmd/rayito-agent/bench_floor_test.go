@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -18,24 +19,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The exec floor: the least a websocket agent written in Go has to do to
-// run a command for a client the way the agent's exec does, and nothing
-// else. A separate process (this test binary, re-run as TestExecFloorServer)
-// serves one websocket; for each message it forks /bin/true with stdout and
-// stderr on pipes read in the poller, watches the child's pidfd in the
-// poller, answers "started" with the pid, reaps the child, waits for both
-// pipes' EOF and answers with the exit code; SIGCHLD is notified, as a
-// subreaper's must be. No streams, no JSON requests, no retention, no
-// acknowledgements. BenchmarkAgentExec runs it beside the agent, so
-// `bare/floor` is what the agent's own design costs an exec, and
-// `floor/osexec` what any such agent costs on the machine.
+// The floor: the least a websocket agent written in Go has to do to run a
+// command for a client the way the agent does, and nothing else; what the
+// benchmarks measure the agent against besides a bare os/exec or pipe. A
+// separate process (this test binary, run again as TestFloorServer)
+// serves one websocket, a request per message:
+//
+//   - an exec (BenchmarkAgentExec): fork /bin/true with stdout and stderr
+//     on pipes read in Go's poller, watch the child's pidfd in the poller,
+//     answer "started" with the pid, reap, wait for both pipes' EOF and
+//     answer the exit code; SIGCHLD is notified, as a subreaper's must be;
+//   - an output (BenchmarkAgentOutput): run outputArgv with stdout on a
+//     pipe read in the poller, each read (up to the agent's 256 KiB) sent
+//     as a binary message, then "end".
+//
+// No streams, no JSON requests, no retention, no acknowledgements, no
+// flow control. So `bare/floor` is what the agent's own design costs, and
+// `floor/osexec` or `floor/pipe` what any such agent costs on the machine.
 
-// execFloorEnv, set, makes TestExecFloorServer serve.
-const execFloorEnv = "RAYITO_EXEC_FLOOR"
+// floorEnv, set, makes TestFloorServer serve.
+const floorEnv = "RAYITO_FLOOR"
 
-func TestExecFloorServer(t *testing.T) {
-	if os.Getenv(execFloorEnv) == "" {
-		t.Skip("helper process for BenchmarkAgentExec's floor")
+func TestFloorServer(t *testing.T) {
+	if os.Getenv(floorEnv) == "" {
+		t.Skip("helper process for the benchmarks' floor")
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGCHLD)
@@ -55,8 +62,15 @@ func TestExecFloorServer(t *testing.T) {
 		}
 		ctx := context.Background()
 		for {
-			if _, _, err := c.Read(ctx); err != nil {
+			_, msg, err := c.Read(ctx)
+			if err != nil {
 				return
+			}
+			if string(msg) == "output" {
+				if err := floorOutput(ctx, c); err != nil {
+					c.Write(ctx, websocket.MessageText, []byte(`{"error":`+strconv.Quote(err.Error())+`}`))
+				}
+				continue
 			}
 			code, err := floorExec(ctx, c)
 			if err != nil {
@@ -132,17 +146,52 @@ func floorExec(ctx context.Context, c *websocket.Conn) (int, error) {
 	return ws.ExitStatus(), nil
 }
 
-// execFloor is a client of a floor server, started for one benchmark.
-type execFloor struct {
+// floorOutput runs outputArgv and sends its stdout as the floor does.
+func floorOutput(ctx context.Context, c *websocket.Conn) error {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer pr.Close()
+	cmd := exec.Command(outputArgv[0], outputArgv[1:]...)
+	cmd.Stdout = pw
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := pr.Read(buf)
+		if n > 0 {
+			if err := c.Write(ctx, websocket.MessageBinary, buf[:n]); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		return err
+	}
+	return c.Write(ctx, websocket.MessageText, []byte("end"))
+}
+
+// floor is a client of a floor server, started for one benchmark.
+type floor struct {
 	ws   *websocket.Conn
 	ctx  context.Context
 	proc *agentProc // the server, for its CPU and context switches
 }
 
-func startExecFloor(tb testing.TB) *execFloor {
+func startFloor(tb testing.TB) *floor {
 	tb.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestExecFloorServer$")
-	cmd.Env = append(os.Environ(), execFloorEnv+"=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFloorServer$")
+	cmd.Env = append(os.Environ(), floorEnv+"=1")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -165,12 +214,13 @@ func startExecFloor(tb testing.TB) *execFloor {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { ws.CloseNow() })
-	return &execFloor{ws: ws, ctx: ctx, proc: &agentProc{pid: cmd.Process.Pid}}
+	ws.SetReadLimit(1 << 20)
+	return &floor{ws: ws, ctx: ctx, proc: &agentProc{pid: cmd.Process.Pid}}
 }
 
 // execTrue runs /bin/true through the floor server: a request, the
 // started answer, the exit.
-func (f *execFloor) execTrue(tb testing.TB) {
+func (f *floor) execTrue(tb testing.TB) {
 	if err := f.ws.Write(f.ctx, websocket.MessageText, []byte(`{"argv":["/bin/true"]}`)); err != nil {
 		tb.Fatal(err)
 	}
@@ -182,5 +232,32 @@ func (f *execFloor) execTrue(tb testing.TB) {
 		if !strings.HasPrefix(string(msg), want) {
 			tb.Fatalf("floor server answered %s, want %s", msg, want)
 		}
+	}
+}
+
+// readOutput has the floor server run outputArgv and reads its stdout to
+// the end into buf, as the bare client reads the agent's frames; it
+// returns the bytes.
+func (f *floor) readOutput(tb testing.TB, buf []byte) int {
+	if err := f.ws.Write(f.ctx, websocket.MessageText, []byte("output")); err != nil {
+		tb.Fatal(err)
+	}
+	total := 0
+	for {
+		typ, r, err := f.ws.Reader(f.ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		n, err := io.ReadFull(r, buf)
+		if err != io.ErrUnexpectedEOF && err != io.EOF {
+			tb.Fatalf("floor message of %d bytes: %v", n, err)
+		}
+		if typ == websocket.MessageText {
+			if string(buf[:n]) != "end" {
+				tb.Fatalf("floor server answered %q", buf[:n])
+			}
+			return total
+		}
+		total += n
 	}
 }
