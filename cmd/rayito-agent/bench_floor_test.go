@@ -83,6 +83,7 @@ func TestFloorServer(t *testing.T) {
 }
 
 // floorExec runs /bin/true as the floor does and returns its exit code.
+// Its stdin is /dev/null, opened for each exec as the agent's is.
 func floorExec(ctx context.Context, c *websocket.Conn) (int, error) {
 	null, err := os.Open(os.DevNull)
 	if err != nil {
