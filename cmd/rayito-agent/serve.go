@@ -368,7 +368,12 @@ func run(cfg config, log *zap.Logger) error {
 		Resume: resume.Options{
 			KernelCheck: cfg.kernelCheck, WholeVM: wholeVM, WholeVMWhy: wholeVMWhy,
 			Detect: func() bool { d := jump.Load(); return d != nil && d.Check() },
-			Hooks:  cfg.lifecycle.hooks(reaper), LifecycleFile: cfg.lifecycle.lifecycleFilePath(),
+			Rebaseline: func() {
+				if d := jump.Load(); d != nil {
+					d.Rebaseline()
+				}
+			},
+			Hooks: cfg.lifecycle.hooks(reaper), LifecycleFile: cfg.lifecycle.lifecycleFilePath(),
 			ResetTCP: resetTCP(wholeVM), StaleAfter: cfg.lifecycle.staleAfter, RepairNetwork: repairNetwork(wholeVM),
 		},
 		OnNewSandbox: func(string) { renewMachineID(wholeVM, log.Named("resume")) },
@@ -479,7 +484,12 @@ func wallClock(cfg config, log *zap.Logger, jump *atomic.Pointer[resume.ClockJum
 func startDetectors(cfg config, log *zap.Logger, a *agent.Agent, reaper *proc.Reaper, jump *atomic.Pointer[resume.ClockJumpDetector]) (stop func()) {
 	var stops []func()
 	detected := func(src resume.Source) func() {
-		return func() { go a.Resumer.Resume(context.Background(), resume.Report{Source: src}) }
+		return func() {
+			// Noticed now, not when the goroutine runs: a late report
+			// must not end a pause that came after the detection.
+			r := resume.Report{Source: src, NoticedAt: time.Now()}
+			go a.Resumer.Resume(context.Background(), r)
+		}
 	}
 	if cfg.detectVMGenID {
 		if l, err := resume.ListenUevents(detected(resume.SourceVMGenID)); err != nil {

@@ -79,6 +79,14 @@ func (d *ClockJumpDetector) SetClock(set func(time.Time) error, t time.Time) err
 	return err
 }
 
+// Rebaseline takes new baselines: a jump not yet seen is forgotten (the
+// resume it belongs to is handled already).
+func (d *ClockJumpDetector) Rebaseline() {
+	d.mu.Lock()
+	d.rebaselineLocked()
+	d.mu.Unlock()
+}
+
 // Check compares the clocks once; it reports whether a jump was seen.
 func (d *ClockJumpDetector) Check() bool {
 	d.mu.Lock()

@@ -18,7 +18,10 @@
 // has not reported it yet, belongs to it; the host's report belongs to the
 // current restore if the guest noticed that one by itself and the host has
 // not reported it yet, whenever it comes; anything after a pause is a new
-// restore.
+// restore, but a guest detection noticed before the pause and handled
+// after it is judged as of when it was noticed (takePauseFor). Each
+// sequence takes the clock detector's new baselines, so a jump another
+// source reported first is not reported later.
 //
 // The sequence (protocol section 7): set the clock if the host sent one,
 // re-key the CRNG; on a clone or after a long pause reset the TCP

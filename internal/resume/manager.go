@@ -69,6 +69,12 @@ type Options struct {
 	SetClock func(t time.Time) error
 	// OnResume runs after each sequence (the idle clock resets there).
 	OnResume func()
+	// Rebaseline runs as each new resume sequence starts: the clock jump
+	// detector takes new baselines there, so that the jump of a restore
+	// already reported (the host's report came before the detector's
+	// next tick) is not reported again later, as a restore of the next
+	// pause. Nil does nothing.
+	Rebaseline func()
 	// KernelCheck bounds the kernel check, and the kernels' reseed; 0 is
 	// DefaultKernelCheck.
 	KernelCheck time.Duration
@@ -123,6 +129,10 @@ type Report struct {
 	// Network is what the host says of the guest's network now (host
 	// reports; zero: nothing changes).
 	Network netconf.Facts
+	// NoticedAt is when a guest detector noticed the restore (zero: when
+	// Resume is called). A detection older than the pause in place is
+	// not a restore after that pause; see takePauseFor.
+	NoticedAt time.Time
 }
 
 // Manager owns the resume generation. Safe for concurrent use.
@@ -241,7 +251,11 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	arrived := time.Now()
 	// A pause in place stops quiescing now; what it froze thaws below,
 	// late (pause.go).
-	p := m.takePause(nil)
+	p, stale := m.takePauseFor(r)
+	if stale {
+		m.log.Debug("resume already handled before the pause", zap.String("source", string(r.Source)))
+		return m.State()
+	}
 	m.seq.Lock()
 	defer m.seq.Unlock()
 	if r.ResumeID != "" {
@@ -301,6 +315,9 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 		return m.remember(r.ResumeID, m.State())
 	}
 	start := time.Now()
+	if m.o.Rebaseline != nil {
+		m.o.Rebaseline()
+	}
 	if r.TimeUnixNs > 0 {
 		m.setClock(r.TimeUnixNs, arrived)
 	}

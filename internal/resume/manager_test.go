@@ -298,6 +298,32 @@ func TestClockJumpDetector(t *testing.T) {
 	}
 }
 
+// TestHostResumeAbsorbsTheClockJump: the host reports a restore before
+// the clock detector's next tick; the resume takes new baselines, so the
+// detector does not report the same jump later (it would read as a
+// restore of whatever pause came next). A later jump still reports.
+func TestHostResumeAbsorbsTheClockJump(t *testing.T) {
+	clocks := &fakeClocks{}
+	var fired atomic.Int32
+	d := watchClocks(clocks, nil, time.Hour, func() { fired.Add(1) }) // checked by hand below
+	defer d.Close()
+	m, err := New(Options{StateDir: t.TempDir(), SetClock: func(time.Time) error { return nil }, Rebaseline: d.Rebaseline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clocks.set(42*time.Second, 0) // restored after 42 s down
+	if st := m.Resume(context.Background(), Report{Source: SourceHost}); st.Generation != 1 {
+		t.Fatalf("host resume: %+v", st)
+	}
+	if d.Check() || fired.Load() != 0 {
+		t.Fatal("the jump of a restore the host reported was reported again")
+	}
+	clocks.set(90*time.Second, 0) // the next restore
+	if !d.Check() {
+		t.Fatal("the next restore's jump was not detected")
+	}
+}
+
 func TestSystemClocksRead(t *testing.T) {
 	_, _, boot := systemClocks{}.Read()
 	if boot < 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -155,6 +156,10 @@ type pause struct {
 	cancel  func()
 	release context.CancelFunc // frees the deadline's timer
 	done    chan struct{}      // closed when the quiesce is over
+	// before is the guest detectors' dedup state when the pause came:
+	// a detection noticed before the pause is judged against it
+	// (takePauseFor). Guarded by the Manager's pmu.
+	before dedupState
 
 	mu     sync.Mutex
 	answer PauseAnswer
@@ -236,6 +241,9 @@ func (m *Manager) Pause(ctx context.Context, req PauseRequest) (PauseAnswer, err
 		p = &pause{req: req, started: time.Now(), ctx: pctx, base: base, release: release, done: make(chan struct{}),
 			cancel: func() { cancelCause(errResumeFirst); release() }}
 		p.answer = PauseAnswer{State: "pausing", Mode: req.Mode, Shrink: req.Shrink, ThawAfterMs: req.ThawAfter.Milliseconds(), AtUnixMs: p.started.UnixMilli()}
+		m.mu.Lock()
+		p.before = dedupState{at: m.lastAt, reported: maps.Clone(m.reported)}
+		m.mu.Unlock()
 		m.pause = p
 		go m.quiesce(p)
 	}
@@ -347,12 +355,48 @@ func (m *Manager) quiesce(p *pause) {
 		zap.Any("steps", a.Steps), zap.Int64("mem_available_before", a.MemAvailableBefore), zap.Int64("mem_available_after", a.MemAvailableAfter))
 }
 
+// dedupState is what duplicate compares a guest detection with.
+type dedupState struct {
+	at       time.Time
+	reported map[Source]bool
+}
+
+// takePauseFor is takePause(nil) for report r, except for a guest
+// detection noticed before the pause in place began that belongs to the
+// resume handled before it: a clock jump from the last restore, noticed
+// a tick after the host had reported that restore, whose report ran late
+// (a loaded guest) while the host's next pause was already quiescing.
+// That detection is no restore after the pause; it must neither end the
+// pause nor count as a new resume, so it is stale and the pause stays.
+// A detection before the pause that no handled resume claims is a
+// restore nobody reported: it ends the pause and runs, as before.
+func (m *Manager) takePauseFor(r Report) (p *pause, stale bool) {
+	return m.takePauseIf(func(p *pause) bool {
+		if r.Source == SourceHost || r.NoticedAt.IsZero() || !r.NoticedAt.Before(p.started) {
+			return true
+		}
+		b := p.before
+		if !b.at.IsZero() && r.NoticedAt.Sub(b.at) < DedupWindow && !b.reported[r.Source] {
+			b.reported[r.Source] = true
+			stale = true
+			return false
+		}
+		return true
+	}), stale
+}
+
 // takePause ends the pause in place, if any (only want, when not nil):
 // it stops the quiesce and waits for it, and returns the pause to thaw.
 func (m *Manager) takePause(want *pause) *pause {
+	return m.takePauseIf(func(p *pause) bool { return want == nil || p == want })
+}
+
+// takePauseIf is takePause for the pause in place if take, called with
+// the Manager's pmu held, says so.
+func (m *Manager) takePauseIf(take func(*pause) bool) *pause {
 	m.pmu.Lock()
 	p := m.pause
-	if p == nil || (want != nil && p != want) {
+	if p == nil || !take(p) {
 		m.pmu.Unlock()
 		return nil
 	}

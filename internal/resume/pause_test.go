@@ -145,6 +145,50 @@ func TestResumeOvertakesPause(t *testing.T) {
 	}
 }
 
+// TestLateDetectionOfTheLastResumeKeepsThePause: the guest's clock
+// detector notices a restore a tick after the host reported it; its
+// report runs late, when the host's next pause is already in place. That
+// detection is the resume handled before the pause, not a restore after
+// it: the pause stays and the generation with it. A detection noticed
+// after the pause ends it as a new resume, and one noticed before the
+// pause that no handled resume claims (a restore nobody reported) ends it
+// too.
+func TestLateDetectionOfTheLastResumeKeepsThePause(t *testing.T) {
+	j := &journal{}
+	m := journaled(j, false, Options{})
+	if st := m.Resume(context.Background(), Report{Source: SourceHost}); st.Generation != 1 {
+		t.Fatalf("host resume: %+v", st)
+	}
+	noticed := time.Now()
+	if a, err := m.Pause(context.Background(), pauseReq()); err != nil || a.State != "paused" {
+		t.Fatalf("pause: %+v, %v", a, err)
+	}
+	st := m.Resume(context.Background(), Report{Source: SourceClock, NoticedAt: noticed})
+	if st.Generation != 1 || st.Pause == nil || st.Pause.State != "paused" || m.Paused() == nil {
+		t.Fatalf("a detection of the resume before the pause ended it or bumped: %+v", st)
+	}
+	if got := j.String(); strings.Count(got, "thaw") != 0 || strings.Count(got, "freeze") != 1 {
+		t.Fatalf("after the late detection the parts did %s", got)
+	}
+	st = m.Resume(context.Background(), Report{Source: SourceClock, NoticedAt: time.Now()})
+	if st.Generation != 2 || st.Pause != nil || st.LastPause == nil || st.LastPause.Ended != "resume" {
+		t.Fatalf("a detection after the pause: %+v", st)
+	}
+
+	// A fresh agent: no resume handled, so a detection before the pause
+	// is a restore of its own.
+	j = &journal{}
+	m = journaled(j, false, Options{})
+	noticed = time.Now()
+	if _, err := m.Pause(context.Background(), pauseReq()); err != nil {
+		t.Fatal(err)
+	}
+	st = m.Resume(context.Background(), Report{Source: SourceClock, NoticedAt: noticed})
+	if st.Generation != 1 || st.Pause != nil || !strings.Contains(j.String(), "thaw") {
+		t.Fatalf("an unclaimed detection before the pause: %+v, parts did %s", st, j)
+	}
+}
+
 // TestPauseDeadline: past its deadline the pause answers with what it
 // finished; the step still running says so and ends in the background.
 func TestPauseDeadline(t *testing.T) {
