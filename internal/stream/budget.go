@@ -197,8 +197,15 @@ func (b *Budget) addEnded(n int64) {
 }
 
 // free is what is left of the budget for growth and reservations.
-func (b *Budget) free() int64 {
+func (b *Budget) free() int64 { return b.room(false) }
+
+// room is what is left for a charge in its share: short of the floors'
+// share, or (floor) the whole budget.
+func (b *Budget) room(floor bool) int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if floor {
+		return b.limit - b.used
+	}
 	return b.limit - b.limit/floorShare - b.used
 }

@@ -116,26 +116,35 @@ func rng2(n int) int {
 	return rngShared.Intn(min(n, 100<<10))
 }
 
+// fillWithHog starts a block stream, attached but never read, whose
+// writer fills the budget (all but the floors' share) and then waits;
+// hogDone closes when that write returns (after hog.Finish).
+func fillWithHog(t *testing.T, r *stream.Registry, budget int64) (hog *stream.Stream, hogDone <-chan struct{}) {
+	t.Helper()
+	hog = r.Create(stream.Config{Channels: []stream.ChannelSpec{byteChan("stdout", stream.Block, 4<<20)}})
+	ha, err := hog.Attach(nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ha.Close)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hog.Log("stdout").Write(make([]byte, 4*budget)) // waits when its share is full
+	}()
+	if !eventually(func() bool { return r.Budget().Stats().Used > budget*7/8-64<<10 }) {
+		t.Fatalf("budget never filled: %+v", r.Budget().Stats())
+	}
+	return hog, done
+}
+
 // TestBudgetDropAnnouncesGaps: a drop stream in a budget full of another
 // stream's unread data keeps going, discarding its own oldest data with
 // gaps; the budget holds.
 func TestBudgetDropAnnouncesGaps(t *testing.T) {
 	const budget = 512 << 10
 	r := newRegistry(t, stream.Limits{Budget: budget})
-	hog := r.Create(stream.Config{Channels: []stream.ChannelSpec{byteChan("stdout", stream.Block, 4<<20)}})
-	ha, err := hog.Attach(nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ha.Close()
-	hogDone := make(chan struct{})
-	go func() {
-		defer close(hogDone)
-		hog.Log("stdout").Write(make([]byte, 2<<20)) // waits when the budget is full
-	}()
-	if !eventually(func() bool { return r.Budget().Stats().Used > budget*7/8-64<<10 }) {
-		t.Fatalf("budget never filled: %+v", r.Budget().Stats())
-	}
+	hog, hogDone := fillWithHog(t, r, budget)
 	pty := r.Create(stream.Config{Kind: stream.KindPTY, Channels: []stream.ChannelSpec{byteChan("pty", stream.Drop, 4<<20)}})
 	src := randBytes(rand.New(rand.NewSource(5)), 1<<20)
 	done := make(chan struct{})
@@ -168,6 +177,62 @@ func TestBudgetDropAnnouncesGaps(t *testing.T) {
 	v, err := checkBytes(items, "pty", 0, src)
 	if err != nil || v.gaps != 1 || v.delivered == 0 || v.delivered+v.gapped != 1<<20 {
 		t.Fatalf("%+v %v: want a gap, then the newest bytes", v, err)
+	}
+	if b := r.Budget().Stats(); b.Peak > b.Limit {
+		t.Fatalf("budget exceeded: %+v", b)
+	}
+	hog.Finish(exitEnd(0))
+	<-hogDone
+}
+
+// TestEndedOutputStaysWhenItsRoomIsNoUse: a writer above its floor waits
+// for room in a budget that small streams, one of them ended and unread,
+// have filled beyond the writer's share (into the floors' share). When
+// the writer wakes, expiring the ended stream would still leave its share
+// full: the ended stream stays, and its reader gets every byte. Where
+// expiring does give a writer room it still happens (the tests below, and
+// TestLargeEventsExpireEndedStreams).
+func TestEndedOutputStaysWhenItsRoomIsNoUse(t *testing.T) {
+	const budget = 1 << 20
+	r := newRegistry(t, stream.Limits{Budget: budget})
+	// Given back later, a little memory wakes the waiting writer.
+	res, err := r.Reserve(16 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hog, hogDone := fillWithHog(t, r, budget)
+	// The floors' share: a running stream and an ended one nobody has
+	// read, each below its floor.
+	running := r.Create(stream.Config{Channels: []stream.ChannelSpec{byteChan("stdout", stream.Drop, 0)}})
+	running.Log("stdout").Write(make([]byte, 48<<10))
+	ended := r.Create(stream.Config{Channels: []stream.ChannelSpec{byteChan("stdout", stream.Drop, 0)}})
+	src := randBytes(rand.New(rand.NewSource(9)), 48<<10)
+	ended.Log("stdout").Write(src)
+	ended.Finish(exitEnd(0))
+	if used := r.Budget().Stats().Used; used-16<<10 < budget*7/8+64<<10 {
+		t.Fatalf("the small streams did not fill the floors' share: %d bytes used", used)
+	}
+	before := stream.Reclaims(r)
+	res.Release()
+	if !eventually(func() bool { return stream.Reclaims(r) > before }) {
+		t.Fatal("the waiting writer never woke to reclaim")
+	}
+	if r.Get(ended.ID) == nil {
+		t.Fatalf("the ended stream expired for room the hog cannot use (budget %+v)", r.Budget().Stats())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	a, err := ended.Attach(nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items, err := reader{a: a, maxChunk: 64 << 10, ack: ackAll}.run(ctx)
+	a.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := checkBytes(items, "stdout", 0, src); err != nil || v.gaps != 0 || v.delivered != uint64(len(src)) {
+		t.Fatalf("%+v %v: want every byte of the ended stream", v, err)
 	}
 	if b := r.Budget().Stats(); b.Peak > b.Limit {
 		t.Fatalf("budget exceeded: %+v", b)
@@ -409,6 +474,35 @@ func TestReservation(t *testing.T) {
 	}
 	unused.Release()
 	unused.Release()
+}
+
+// TestRefusedBufferExpiresNothing: a `buffer` the budget cannot set aside
+// even with every ended stream gone is refused without any of them
+// expiring; one that fits once the oldest go has them go.
+func TestRefusedBufferExpiresNothing(t *testing.T) {
+	const budget = 2 << 20
+	r := newRegistry(t, stream.Limits{Budget: budget, MaxEndedBytes: budget})
+	var ended []*stream.Stream
+	for range 3 {
+		s := r.Create(stream.Config{Channels: []stream.ChannelSpec{byteChan("stdout", stream.Drop, 0)}})
+		s.Log("stdout").Write(make([]byte, 400<<10))
+		s.Finish(exitEnd(0))
+		ended = append(ended, s)
+	}
+	if _, err := r.Reserve(budget); !errors.Is(err, stream.ErrBudget) {
+		t.Fatalf("a buffer the size of the whole budget: %v", err)
+	}
+	if r.Expired() != 0 {
+		t.Fatalf("%d ended streams expired for a buffer that was refused anyway", r.Expired())
+	}
+	res, err := r.Reserve(budget*7/8 - 600<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Release()
+	if r.Get(ended[0].ID) != nil || r.Get(ended[2].ID) == nil {
+		t.Fatal("want the oldest ended stream expired for the buffer, the newest kept")
+	}
 }
 
 // TestLargeEventsExpireEndedStreams: a budget full of ended streams nobody

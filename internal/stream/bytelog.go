@@ -57,7 +57,7 @@ func (l *Log) reserve(max int, any bool) ([]byte, error) {
 		short, isShort := err.(shortBy)
 		switch {
 		case isShort:
-			l.s.reg.reclaim(int64(short))
+			l.s.reg.reclaim(short)
 			reclaimed = true
 		case err != nil:
 			return nil, err
@@ -93,7 +93,7 @@ func (l *Log) tryReserve(max int, any, reclaimed bool) ([]byte, *waiter, error) 
 		return l.reserveTail(want), nil, nil
 	}
 	if !reclaimed {
-		return nil, nil, shortBy(maxChunk)
+		return nil, nil, s.shortLocked(minChunk) // addChunk settles for a small chunk
 	}
 	if l.policy == Block && s.inGraceLocked() {
 		return nil, s.waiterLocked(wait), nil

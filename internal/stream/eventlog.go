@@ -19,7 +19,7 @@ func (l *Log) Append(build func(seq uint64) []byte) (uint64, error) {
 		short, isShort := err.(shortBy)
 		switch {
 		case isShort:
-			l.s.reg.reclaim(int64(short))
+			l.s.reg.reclaim(short)
 			reclaimed = true
 		case wait == nil:
 			return seq, err
@@ -51,7 +51,7 @@ func (l *Log) tryAppend(build func(seq uint64) []byte, reclaimed bool, hooks []f
 	if !ok {
 		switch {
 		case !reclaimed:
-			return 0, nil, nil, shortBy(cost)
+			return 0, nil, nil, s.shortLocked(cost)
 		case l.policy == Block && s.inGraceLocked():
 			return 0, s.waiterLocked(wait), nil, nil
 		}

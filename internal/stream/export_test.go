@@ -23,3 +23,11 @@ func Armed(a *Attachment) bool {
 	defer a.s.mu.Unlock()
 	return a.ho.armed
 }
+
+// Reclaims reports how many times writers short of room reclaimed; the
+// count changes only once such a reclaim is over.
+func Reclaims(r *Registry) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reclaims
+}

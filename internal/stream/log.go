@@ -54,11 +54,14 @@ var (
 )
 
 // shortBy says the budget has no room for the bytes a write needs; the
-// writer reclaims at least that much (without holding the stream's lock)
-// and tries again before it waits or discards.
-type shortBy int64
+// writer reclaims (without holding the stream's lock) and tries again
+// before it waits or discards.
+type shortBy struct {
+	least int64 // the least room the write can use
+	floor bool  // the write may use the floors' share (the whole budget)
+}
 
-func (n shortBy) Error() string { return "stream: retention budget short" }
+func (shortBy) Error() string { return "stream: retention budget short" }
 
 // Log is one channel of a stream: an append-only sequence of bytes or
 // events of which a bounded suffix is retained. Positions never reset.

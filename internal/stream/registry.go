@@ -77,6 +77,7 @@ type Registry struct {
 	ended       []*Stream // in the order they ended
 	expired     uint64    // streams that expired
 	lastReclaim time.Time
+	reclaims    uint64 // reclaim calls, for tests
 
 	stop    chan struct{}
 	once    sync.Once // closes stop: Close may race with itself
@@ -137,8 +138,7 @@ type Reservation struct {
 func (r *Registry) Reserve(n int64) (*Reservation, error) {
 	if !r.budget.take(n) {
 		r.mu.Lock()
-		for r.budget.free() < n && r.expireOldestLocked(nil) {
-		}
+		r.expireForLocked(shortBy{least: n}, n)
 		r.mu.Unlock()
 		if !r.budget.take(n) {
 			st := r.budget.Stats()
@@ -330,19 +330,19 @@ func (r *Registry) expireLocked(s *Stream) {
 	s.mu.Unlock()
 }
 
-// reclaim makes room in a full budget for a writer that needs need bytes:
-// ended streams that no client is attached to expire, oldest first, then
+// reclaim makes room in a full budget for a writer that is short: ended
+// streams that no client is attached to expire, oldest first, then
 // every stream lets go of what its clients acknowledged. Expiring walks
 // only the ended list, so it runs for every writer that asks (a writer
 // turned away while an ended stream could have gone would drop its own
 // output); the scan of every stream is bounded to one per reclaimEvery.
-func (r *Registry) reclaim(need int64) {
+func (r *Registry) reclaim(short shortBy) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	need = max(need, maxChunk)
-	for r.budget.free() < need && r.expireOldestLocked(nil) {
-	}
-	if r.budget.free() >= need {
+	r.reclaims++
+	need := max(short.least, maxChunk)
+	r.expireForLocked(short, need)
+	if r.budget.room(short.floor) >= need {
 		return
 	}
 	now := time.Now()
@@ -354,6 +354,32 @@ func (r *Registry) reclaim(need int64) {
 		s.mu.Lock()
 		s.trimAckedLocked()
 		s.mu.Unlock()
+	}
+}
+
+// expireForLocked lets ended streams no client is attached to expire,
+// oldest first, until short's share has need bytes of room, but none
+// unless all of them together would give it at least short.least: an
+// ended stream's output is someone's to read, and must not go for
+// nothing. It would when the rest of the budget is over the writer's
+// share by more than they hold: small streams (below their floor) that
+// filled the floors' share, or a buffer larger than the budget can hold.
+func (r *Registry) expireForLocked(short shortBy, need int64) {
+	room := r.budget.room(short.floor)
+	for _, s := range r.ended {
+		if room >= short.least {
+			break
+		}
+		s.mu.Lock()
+		if s.attached == 0 {
+			room += s.chargeLocked()
+		}
+		s.mu.Unlock()
+	}
+	if room < short.least {
+		return
+	}
+	for r.budget.room(short.floor) < need && r.expireOldestLocked(nil) {
 	}
 }
 

@@ -175,6 +175,12 @@ func (s *Stream) growLocked(n int64) (bool, <-chan struct{}) {
 	return true, nil
 }
 
+// shortLocked says the budget has no room for least more bytes of this
+// stream, in the share growLocked would take them from.
+func (s *Stream) shortLocked(least int64) shortBy {
+	return shortBy{least: least, floor: s.held+least <= streamFloor}
+}
+
 // shrinkLocked records that the logs let n bytes of memory go.
 func (s *Stream) shrinkLocked(n int64) {
 	before := s.chargeLocked()
