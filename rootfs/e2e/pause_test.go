@@ -143,9 +143,12 @@ func TestPauseShrinksSnapshot(t *testing.T) {
 	}
 	host := client.Host{URL: v.AgentURL(), Token: tv.token}
 	sizes := map[string]int64{}
-	for i, shrink := range []string{"none", "cache"} {
+	for i, shrink := range []string{"none", "all"} {
 		a := quiesce(t, ctx, v, tv.token, client.PauseOptions{Shrink: shrink})
 		t.Logf("pause shrink %s: MemAvailable %d MiB before, %d MiB after", shrink, a.MemAvailableBefore>>20, a.MemAvailableAfter>>20)
+		if s, ok := a.Step("shrink"); ok {
+			t.Logf("pause shrink %s: %s", shrink, s.Detail)
+		}
 		time.Sleep(reportWait)
 		dir := t.TempDir()
 		started := time.Now()
