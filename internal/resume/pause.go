@@ -377,7 +377,10 @@ func (m *Manager) takePauseFor(r Report) (p *pause, stale bool) {
 		}
 		b := p.before
 		if !b.at.IsZero() && r.NoticedAt.Sub(b.at) < DedupWindow && !b.reported[r.Source] {
-			b.reported[r.Source] = true
+			if p.before.reported == nil {
+				p.before.reported = map[Source]bool{}
+			}
+			p.before.reported[r.Source] = true
 			stale = true
 			return false
 		}
