@@ -160,6 +160,7 @@ func TestLateDetectionOfTheLastResumeKeepsThePause(t *testing.T) {
 		t.Fatalf("host resume: %+v", st)
 	}
 	noticed := time.Now()
+	time.Sleep(time.Millisecond) // noticed strictly before the pause, on any clock
 	if a, err := m.Pause(context.Background(), pauseReq()); err != nil || a.State != "paused" {
 		t.Fatalf("pause: %+v, %v", a, err)
 	}
@@ -170,6 +171,7 @@ func TestLateDetectionOfTheLastResumeKeepsThePause(t *testing.T) {
 	if got := j.String(); strings.Count(got, "thaw") != 0 || strings.Count(got, "freeze") != 1 {
 		t.Fatalf("after the late detection the parts did %s", got)
 	}
+	time.Sleep(time.Millisecond)
 	st = m.Resume(context.Background(), Report{Source: SourceClock, NoticedAt: time.Now()})
 	if st.Generation != 2 || st.Pause != nil || st.LastPause == nil || st.LastPause.Ended != "resume" {
 		t.Fatalf("a detection after the pause: %+v", st)
@@ -180,6 +182,7 @@ func TestLateDetectionOfTheLastResumeKeepsThePause(t *testing.T) {
 	j = &journal{}
 	m = journaled(j, false, Options{})
 	noticed = time.Now()
+	time.Sleep(time.Millisecond)
 	if _, err := m.Pause(context.Background(), pauseReq()); err != nil {
 		t.Fatal(err)
 	}
