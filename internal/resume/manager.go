@@ -3,6 +3,7 @@ package resume
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"syscall"
 	"time"
@@ -147,8 +148,7 @@ type Manager struct {
 	lost        bool
 	lostKernels []KernelHealth // kernels lost by a cold boot
 	last        *LastResume
-	lastAt      time.Time
-	reported    map[Source]bool // sources that reported the current resume
+	dedup       dedupState      // what reports of the current resume are told apart by
 	goneBefore  map[string]bool // kernels already lost or dead at the last resume
 	saveMu      sync.Mutex
 	saved       uint64 // the generation on disk; guarded by saveMu
@@ -178,7 +178,7 @@ func New(o Options) (*Manager, error) {
 	if o.CRNG == nil {
 		o.CRNG = NewCRNG()
 	}
-	m := &Manager{o: o, log: o.Logger, reported: map[Source]bool{}, answers: map[string]State{}, crng: o.CRNG}
+	m := &Manager{o: o, log: o.Logger, dedup: dedupState{reported: map[Source]bool{}}, answers: map[string]State{}, crng: o.CRNG}
 	if err := o.CRNG.Unable(); err != nil && o.Reseed {
 		m.log.Warn("resumes will not re-key the kernel CRNG", zap.Error(err))
 	}
@@ -414,7 +414,7 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	m.last = &done
 	// The window runs from the end of the sequence: reports of this
 	// restore that waited behind a slow kernel check still belong to it.
-	m.lastAt = time.Now()
+	m.dedup.at = time.Now()
 	m.mu.Unlock()
 	m.writeLifecycle()
 	m.log.Info("resumed", zap.Uint64("generation", gen), zap.String("source", string(r.Source)),
@@ -457,17 +457,34 @@ func (m *Manager) duplicate(src Source) bool {
 	now := time.Now()
 	var same bool
 	if src == SourceHost {
-		same = m.last != nil && m.last.Source != SourceHost && !m.reported[SourceHost]
+		same = m.last != nil && m.last.Source != SourceHost && !m.dedup.reported[SourceHost]
 	} else {
-		same = !m.lastAt.IsZero() && now.Sub(m.lastAt) < DedupWindow && !m.reported[src]
+		same = m.dedup.claims(src, now)
 	}
 	if same {
-		m.reported[src] = true
+		m.dedup.reported[src] = true
 		return true
 	}
-	m.lastAt = now
-	m.reported = map[Source]bool{src: true}
+	m.dedup = dedupState{at: now, reported: map[Source]bool{src: true}}
 	return false
+}
+
+// dedupState is what guest detections are deduplicated against: when the
+// current resume was handled, and which sources reported it.
+type dedupState struct {
+	at       time.Time
+	reported map[Source]bool // never nil
+}
+
+// claims reports whether a guest detection by src noticed at t belongs to
+// the resume d describes: within DedupWindow of it, from a source that
+// has not reported it yet.
+func (d dedupState) claims(src Source, t time.Time) bool {
+	return !d.at.IsZero() && t.Sub(d.at) < DedupWindow && !d.reported[src]
+}
+
+func (d dedupState) clone() dedupState {
+	return dedupState{at: d.at, reported: maps.Clone(d.reported)}
 }
 
 func (m *Manager) remember(id string, s State) State {

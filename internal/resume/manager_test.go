@@ -365,7 +365,7 @@ func TestLateHostReportIsTheSameResume(t *testing.T) {
 		t.Fatalf("detected: %+v", s)
 	}
 	m.mu.Lock()
-	m.lastAt = m.lastAt.Add(-16 * time.Second)
+	m.dedup.at = m.dedup.at.Add(-16 * time.Second)
 	m.mu.Unlock()
 	if s := m.Resume(context.Background(), Report{Source: SourceHost, ResumeID: "r1"}); s.Generation != 1 {
 		t.Fatalf("the host's report 16 s after the guest noticed the restore: generation %d, want 1", s.Generation)
@@ -375,7 +375,7 @@ func TestLateHostReportIsTheSameResume(t *testing.T) {
 	}
 	// A guest detector's late report is a new resume, as before.
 	m.mu.Lock()
-	m.lastAt = m.lastAt.Add(-16 * time.Second)
+	m.dedup.at = m.dedup.at.Add(-16 * time.Second)
 	m.mu.Unlock()
 	if s := m.Resume(context.Background(), Report{Source: SourceVMGenID}); s.Generation != 3 {
 		t.Fatalf("a VMGenID report 16 s after the host's: generation %d, want 3", s.Generation)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -242,7 +241,7 @@ func (m *Manager) Pause(ctx context.Context, req PauseRequest) (PauseAnswer, err
 			cancel: func() { cancelCause(errResumeFirst); release() }}
 		p.answer = PauseAnswer{State: "pausing", Mode: req.Mode, Shrink: req.Shrink, ThawAfterMs: req.ThawAfter.Milliseconds(), AtUnixMs: p.started.UnixMilli()}
 		m.mu.Lock()
-		p.before = dedupState{at: m.lastAt, reported: maps.Clone(m.reported)}
+		p.before = m.dedup.clone()
 		m.mu.Unlock()
 		m.pause = p
 		go m.quiesce(p)
@@ -275,8 +274,7 @@ func (m *Manager) quiesce(p *pause) {
 	gen := m.gen
 	// Whatever reports a restore after a pause reports a new one: no
 	// guest detection before it, nor its window, can claim it.
-	m.lastAt = time.Time{}
-	m.reported = map[Source]bool{SourceHost: true}
+	m.dedup = dedupState{reported: map[Source]bool{SourceHost: true}}
 	m.mu.Unlock()
 	p.mu.Lock()
 	p.answer.Generation = gen
@@ -355,12 +353,6 @@ func (m *Manager) quiesce(p *pause) {
 		zap.Any("steps", a.Steps), zap.Int64("mem_available_before", a.MemAvailableBefore), zap.Int64("mem_available_after", a.MemAvailableAfter))
 }
 
-// dedupState is what duplicate compares a guest detection with.
-type dedupState struct {
-	at       time.Time
-	reported map[Source]bool
-}
-
 // takePauseFor is takePause(nil) for report r, except for a guest
 // detection noticed before the pause in place began that belongs to the
 // resume handled before it: a clock jump from the last restore, noticed
@@ -375,11 +367,7 @@ func (m *Manager) takePauseFor(r Report) (p *pause, stale bool) {
 		if r.Source == SourceHost || r.NoticedAt.IsZero() || !r.NoticedAt.Before(p.started) {
 			return true
 		}
-		b := p.before
-		if !b.at.IsZero() && r.NoticedAt.Sub(b.at) < DedupWindow && !b.reported[r.Source] {
-			if p.before.reported == nil {
-				p.before.reported = map[Source]bool{}
-			}
+		if p.before.claims(r.Source, r.NoticedAt) {
 			p.before.reported[r.Source] = true
 			stale = true
 			return false
