@@ -412,6 +412,22 @@ func (w *FileWriter) Close() error {
 			return fmt.Errorf("client: file_write %s: %w", w.path, err)
 		}
 	}
+	// The end of input may wait for input that a cut lost after it was
+	// sent: a reattach from now on still asks for it again, and only
+	// ready sends it.
+	for !w.h.finished.Load() {
+		w.mu.Lock()
+		ch := w.changed
+		w.mu.Unlock()
+		if _, err := w.ready(0); err != nil && !w.h.finished.Load() {
+			return err
+		}
+		select {
+		case <-ch:
+		case <-w.h.done:
+		case <-w.f.c.life.Done():
+		}
+	}
 	end, err := w.h.wait(w.f.c.life)
 	if err != nil {
 		return err

@@ -170,10 +170,10 @@ func (h *handle) onEvent(seq uint64, raw []byte) {
 // for refused input, so later writes fail with it rather than leave a
 // hole in the input.
 func (h *handle) onError(e *Error) {
-	if isInputGap(e) {
-		// The agent closes that connection; input goes on from the
-		// reattach.
-		h.c.log.Debug("input gap refused; resending after the reconnect", zap.Uint64("stream", h.id))
+	if isInputGap(e) || isStaleInput(e) {
+		// The agent closes that connection, or another one attached
+		// the stream since: input goes on from the reattach.
+		h.c.log.Debug("input refused; resending after the reconnect", zap.Uint64("stream", h.id), zap.String("why", e.Message))
 		return
 	}
 	h.mu.Lock()

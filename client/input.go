@@ -300,3 +300,11 @@ type closeStdinParams struct {
 // the connection that carried it is closed and input goes on from the
 // reattach, so it is not the stream's error.
 func isInputGap(e *Error) bool { return strings.Contains(e.Message, "input would leave a gap") }
+
+// isStaleInput says the agent refused an upload's input because it came
+// on a connection that a newer one replaced as the upload's owner (it
+// was sent before the client knew of the cut): the reattach on the newer
+// one says what the agent received, and the rest is sent again there.
+func isStaleInput(e *Error) bool {
+	return strings.Contains(e.Message, "does not own the upload")
+}
