@@ -55,6 +55,9 @@ const (
 	// CodeExpired: a call's request ran on the agent, but the agent no
 	// longer keeps its outcome to answer the call with (opid.go).
 	CodeExpired Code = "expired"
+	// CodeUnauthenticated: the access token is missing or wrong (HTTP
+	// routes; a websocket dial fails with HTTP 401 instead).
+	CodeUnauthenticated Code = "unauthenticated"
 )
 
 // Error is an error the agent answered with.

@@ -15,7 +15,7 @@ import (
 // renamed on one side fails here until the other follows.
 func TestPinnedToTheAgent(t *testing.T) {
 	codes := []client.Code{client.CodeBadRequest, client.CodeNotFound, client.CodeConflict, client.CodeUnsupported,
-		client.CodeLimit, client.CodeUnavailable, client.CodeInternal, client.CodePermissionDenied, client.CodeExpired}
+		client.CodeLimit, client.CodeUnavailable, client.CodeInternal, client.CodePermissionDenied, client.CodeExpired, client.CodeUnauthenticated}
 	pin(t, "error codes", codes, wire.Codes)
 	reasons := []client.Reason{client.ReasonExit, client.ReasonDone, client.ReasonClosed, client.ReasonResume, client.ReasonError, client.ReasonOOMKilled}
 	pin(t, "end reasons", reasons, stream.Reasons)

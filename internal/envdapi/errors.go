@@ -25,6 +25,8 @@ var connectCodes = map[wire.Code]connect.Code{
 	// An op_id's outcome let go: envd's API has no op_ids, so this is
 	// never met there; it ran, and the call cannot be answered.
 	wire.CodeExpired: connect.CodeFailedPrecondition,
+	// Refused before any handler (auth.go); listed for completeness.
+	wire.CodeUnauthenticated: connect.CodeUnauthenticated,
 }
 
 // connectError turns a manager's error into a Connect error with the

@@ -209,7 +209,7 @@ func (s *Server) route(sf *Surface, rt Route) http.Handler {
 			if sf.Refuse != nil {
 				sf.Refuse(w, r, err)
 			} else {
-				WriteError(w, http.StatusUnauthorized, wire.Errorf(wire.CodeBadRequest, "%v", err))
+				WriteErr(w, wire.Errorf(wire.CodeUnauthenticated, "%v", err))
 			}
 			return
 		}

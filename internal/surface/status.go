@@ -20,6 +20,7 @@ var statuses = map[wire.Code]int{
 	wire.CodeUnavailable:      http.StatusServiceUnavailable,
 	wire.CodeInternal:         http.StatusInternalServerError,
 	wire.CodeExpired:          http.StatusGone,
+	wire.CodeUnauthenticated:  http.StatusUnauthorized,
 }
 
 // Status is the HTTP status that answers err: its protocol code's

@@ -24,10 +24,13 @@ const (
 	// CodeExpired: a request repeats an op_id whose request ran, but
 	// whose outcome the agent no longer keeps. It is not run again.
 	CodeExpired Code = "expired"
+	// CodeUnauthenticated: the request carries no access token, or a
+	// wrong one (HTTP routes only: a websocket is refused before it opens).
+	CodeUnauthenticated Code = "unauthenticated"
 )
 
 // Codes are every error code of the protocol.
-var Codes = []Code{CodeBadRequest, CodeNotFound, CodeConflict, CodeUnsupported, CodeLimit, CodeUnavailable, CodeInternal, CodePermissionDenied, CodeExpired}
+var Codes = []Code{CodeBadRequest, CodeNotFound, CodeConflict, CodeUnsupported, CodeLimit, CodeUnavailable, CodeInternal, CodePermissionDenied, CodeExpired, CodeUnauthenticated}
 
 // Error is an error that carries its protocol code. Handlers return it so
 // the endpoint can answer with the right code; any other error is internal.

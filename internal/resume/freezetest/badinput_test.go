@@ -127,13 +127,13 @@ func TestInitToken(t *testing.T) {
 	wantHTTPError(t, "first init", status, body, 200, "")
 
 	status, body = a.request(t, "POST", "/v1/init", "", `{"access_token": "stolen"}`)
-	wantHTTPError(t, "second init without the token", status, body, 401, "")
+	wantHTTPError(t, "second init without the token", status, body, 401, client.CodeUnauthenticated)
 	status, body = a.request(t, "POST", "/v1/init", "wrong", `{"access_token": "stolen"}`)
-	wantHTTPError(t, "second init with a wrong token", status, body, 401, "")
+	wantHTTPError(t, "second init with a wrong token", status, body, 401, client.CodeUnauthenticated)
 	status, body = a.request(t, "POST", "/v1/init", "", `{}`)
-	wantHTTPError(t, "empty init without the token", status, body, 401, "")
+	wantHTTPError(t, "empty init without the token", status, body, 401, client.CodeUnauthenticated)
 	status, body = a.request(t, "POST", "/v1/resume", "", ``)
-	wantHTTPError(t, "resume without the token", status, body, 401, "")
+	wantHTTPError(t, "resume without the token", status, body, 401, client.CodeUnauthenticated)
 	if _, err := client.Dial(ctxLong(t), a.url, client.Options{Token: "stolen", DisableReconnect: true}); !errors.Is(err, client.ErrUnauthorized) {
 		t.Fatalf("dial with the refused token: %v", err)
 	}
@@ -141,7 +141,7 @@ func TestInitToken(t *testing.T) {
 	status, body = a.request(t, "POST", "/v1/init", "first-token", `{"access_token": "second-token"}`)
 	wantHTTPError(t, "init with the token", status, body, 200, "")
 	status, body = a.request(t, "POST", "/v1/init", "first-token", `{}`)
-	wantHTTPError(t, "init with the replaced token", status, body, 401, "")
+	wantHTTPError(t, "init with the replaced token", status, body, 401, client.CodeUnauthenticated)
 	c := a.dial(t, client.Options{Token: "second-token"})
 	if _, err := c.List(ctxLong(t), ""); err != nil {
 		t.Fatal(err)
