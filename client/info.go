@@ -120,10 +120,17 @@ type HookResult struct {
 	ExitCode   *int    `json:"exit_code"`
 	Signal     string  `json:"signal"`
 	DurationMs float64 `json:"duration_ms"`
-	TimedOut   bool    `json:"timed_out"`
+	// TimedOut: its own timeout killed it; Killed says why the agent
+	// killed it otherwise (the event's hooks used their bound, the
+	// pause was overtaken).
+	TimedOut bool   `json:"timed_out"`
+	Killed   string `json:"killed"`
+	// Running: it still runs (a pause's answer while its hooks run).
+	Running bool `json:"running"`
 	// Refused says why it did not run (writable by others, not
-	// executable, ...).
+	// executable, ...); NotStarted why it was not tried.
 	Refused    string `json:"refused"`
+	NotStarted string `json:"not_started"`
 	StderrTail string `json:"stderr_tail"`
 }
 

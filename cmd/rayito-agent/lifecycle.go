@@ -20,10 +20,11 @@ import (
 type lifecycleConfig struct {
 	hooksDir      string
 	hookTimeout   time.Duration
+	hooksTotal    time.Duration
 	lifecycleFile string // "auto": in a sandbox VM image
 	staleAfter    time.Duration
 	// the flags' text, checked by check
-	hookTimeoutFlag, staleFlag string
+	hookTimeoutFlag, hooksTotalFlag, staleFlag string
 }
 
 // defaultLifecycleFile is the lifecycle feed in a sandbox VM image.
@@ -33,6 +34,8 @@ func (l *lifecycleConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.hooksDir, "hooks-dir", envOr("RAYITO_HOOKS_DIR", "/etc/rayito/hooks"), "lifecycle hooks: executables in DIR/pre-pause.d, post-resume.d and post-clone.d (env RAYITO_HOOKS_DIR)")
 	l.hookTimeoutFlag = envOr("RAYITO_HOOK_TIMEOUT", resume.DefaultHookTimeout.String())
 	fs.StringVar(&l.hookTimeoutFlag, "hook-timeout", l.hookTimeoutFlag, "how long one lifecycle hook may run before it is killed, 100ms to 10m (env RAYITO_HOOK_TIMEOUT)")
+	l.hooksTotalFlag = envOr("RAYITO_HOOKS_TOTAL_TIMEOUT", resume.DefaultHooksTotal.String())
+	fs.StringVar(&l.hooksTotalFlag, "hooks-total-timeout", l.hooksTotalFlag, "how long all of one event's hooks together may run: then the running one is killed and no other starts, 100ms to 10m (env RAYITO_HOOKS_TOTAL_TIMEOUT)")
 	fs.StringVar(&l.lifecycleFile, "lifecycle-file", envOr("RAYITO_LIFECYCLE_FILE", "auto"), "the lifecycle feed, replaced at every pause, resume and clone: a path, off, or auto ("+defaultLifecycleFile+" in a sandbox VM image) (env RAYITO_LIFECYCLE_FILE)")
 	l.staleFlag = envOr("RAYITO_STALE_CONNECTION_SECONDS", "60")
 	fs.StringVar(&l.staleFlag, "stale-connection-seconds", l.staleFlag, "after a pause longer than this, reset the TCP connections user programs hold to other machines (always after a clone); 0: only after a clone (env RAYITO_STALE_CONNECTION_SECONDS)")
@@ -44,6 +47,10 @@ func (l *lifecycleConfig) check() error {
 		return fmt.Errorf("--hook-timeout must be a duration from 100ms to 10m, such as 5s, got %q", l.hookTimeoutFlag)
 	}
 	l.hookTimeout = d
+	if d, err = time.ParseDuration(l.hooksTotalFlag); err != nil || d < 100*time.Millisecond || d > 10*time.Minute {
+		return fmt.Errorf("--hooks-total-timeout must be a duration from 100ms to 10m, such as 10s, got %q", l.hooksTotalFlag)
+	}
+	l.hooksTotal = d
 	n, err := strconv.ParseInt(l.staleFlag, 10, 64)
 	if err != nil || n < 0 || n > 30*86400 {
 		return fmt.Errorf("--stale-connection-seconds must be a whole number from 0 to %d, got %q", 30*86400, l.staleFlag)
@@ -66,10 +73,10 @@ func (l *lifecycleConfig) lifecycleFilePath() string {
 	return l.lifecycleFile
 }
 
-// hooks runs the lifecycle hooks in the user cgroup through the reaper.
+// hooks runs the lifecycle hooks in the hooks' cgroup through the reaper.
 func (l *lifecycleConfig) hooks(r *proc.Reaper) *resume.Hooks {
-	return &resume.Hooks{Dir: l.hooksDir, Timeout: l.hookTimeout, Spawn: func(path string, argv []string, attr *syscall.ProcAttr) (int, <-chan resume.HookExit, error) {
-		pid, status, err := r.ForkExec(path, argv, attr)
+	return &resume.Hooks{Dir: l.hooksDir, Timeout: l.hookTimeout, Total: l.hooksTotal, Spawn: func(path string, argv []string, attr *syscall.ProcAttr) (int, <-chan resume.HookExit, error) {
+		pid, status, err := r.ForkExecHook(path, argv, attr)
 		if err != nil {
 			return 0, nil, err
 		}

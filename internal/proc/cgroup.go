@@ -39,6 +39,10 @@ import (
 //	BASE/user        user work (memory.high, memory.max, pids.max, weights)
 //	BASE/user/work   where user processes start (pids.max: the user's less the spare)
 //	BASE/user/spare  where they start once work is full (pids.max: the spare)
+//	BASE/hooks       the lifecycle hooks (pids.max HookPids, the user's
+//	                 memory.max): beside user work, not in it, so that a
+//	                 hook starts even while a fork bomb holds every pid
+//	                 the user has; frozen with it for a pause
 
 // DefaultCgroupMount is where cgroup v2 is mounted.
 const DefaultCgroupMount = "/sys/fs/cgroup"
@@ -69,6 +73,10 @@ type CgroupLimits struct {
 	CPUWeight  int   // 1 to 10000
 	IOWeight   int   // 1 to 10000
 }
+
+// HookPids bounds the tasks of the hooks' cgroup: a few hooks at a time,
+// one after another, and what they start.
+const HookPids = 256
 
 // DefaultUserPids bounds the user's tasks: plenty for a build's
 // parallelism, few enough that a fork bomb leaves the agent room.
@@ -155,8 +163,10 @@ type Cgroups struct {
 	base   string
 	agent  string
 	user   string
-	// The directories of user/work and user/spare, for CLONE_INTO_CGROUP.
-	workFD, spareFD int
+	hooks  string
+	// The directories of user/work, user/spare and hooks, for
+	// CLONE_INTO_CGROUP.
+	workFD, spareFD, hooksFD int
 	// guard, if running, kills when user work thrashes (memguard.go);
 	// guardKills counts its kills.
 	guard      *memoryGuard
@@ -173,7 +183,7 @@ func SetupCgroups(mount string, l CgroupLimits) *Cgroups {
 // setupCgroups is SetupCgroups with BASE named name where the agent
 // starts in the root (tests use their own).
 func setupCgroups(mount, name string, l CgroupLimits) *Cgroups {
-	c := &Cgroups{Limits: l, workFD: -1, spareFD: -1}
+	c := &Cgroups{Limits: l, workFD: -1, spareFD: -1, hooksFD: -1}
 	if err := c.setup(mount, name); err != nil {
 		c.Close()
 		c.Off = err.Error()
@@ -188,7 +198,7 @@ func (c *Cgroups) Close() {
 		c.guard.close()
 		c.guard = nil
 	}
-	for _, fd := range []*int{&c.workFD, &c.spareFD} {
+	for _, fd := range []*int{&c.workFD, &c.spareFD, &c.hooksFD} {
 		if *fd >= 0 {
 			unix.Close(*fd)
 			*fd = -1
@@ -206,6 +216,14 @@ func (c *Cgroups) StartFDs() (work, spare int) {
 		return -1, -1
 	}
 	return c.workFD, c.spareFD
+}
+
+// HooksFD is the directory descriptor of the hooks' cgroup; -1 when off.
+func (c *Cgroups) HooksFD() int {
+	if !c.On() {
+		return -1
+	}
+	return c.hooksFD
 }
 
 // UserDir is the user cgroup's directory, "" when off.
@@ -251,8 +269,8 @@ func (c *Cgroups) setup(mount, name string) error {
 			return fmt.Errorf("cgroup v2 at %s lacks the %s controller for the agent's cgroup", mount, need)
 		}
 	}
-	c.base, c.agent, c.user = base, filepath.Join(base, "agent"), filepath.Join(base, "user")
-	for _, d := range []string{base, c.agent, c.user} {
+	c.base, c.agent, c.user, c.hooks = base, filepath.Join(base, "agent"), filepath.Join(base, "user"), filepath.Join(base, "hooks")
+	for _, d := range []string{base, c.agent, c.user, c.hooks} {
 		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("cgroup v2 at %s is not writable: %w", mount, err)
 		}
@@ -286,6 +304,8 @@ func (c *Cgroups) setup(mount, name string) error {
 		{filepath.Join(c.user, "pids.max"), strconv.FormatInt(l.PidsMax, 10), false},
 		{filepath.Join(c.user, "work", "pids.max"), strconv.FormatInt(l.PidsMax-spare, 10), false},
 		{filepath.Join(c.user, "spare", "pids.max"), strconv.FormatInt(spare, 10), false},
+		{filepath.Join(c.hooks, "pids.max"), strconv.Itoa(HookPids), false},
+		{filepath.Join(c.hooks, "memory.max"), strconv.FormatInt(l.MemoryMax, 10), false},
 		{filepath.Join(c.agent, "memory.min"), strconv.Itoa(agentMemoryMin), true},
 		{filepath.Join(c.user, "cpu.weight"), strconv.Itoa(l.CPUWeight), true},
 		{filepath.Join(c.agent, "cpu.weight"), strconv.Itoa(agentCPUWeight), true},
@@ -301,16 +321,16 @@ func (c *Cgroups) setup(mount, name string) error {
 		}
 	}
 	// An agent that died during a pause left user work frozen: thaw it.
-	if err := write(filepath.Join(c.user, "cgroup.freeze"), "0"); err != nil {
-		return fmt.Errorf("thawing %s: %w", c.user, err)
+	if err := c.ThawUser(); err != nil {
+		return err
 	}
 	for _, d := range []struct {
-		name string
-		fd   *int
-	}{{"work", &c.workFD}, {"spare", &c.spareFD}} {
-		fd, err := unix.Open(filepath.Join(c.user, d.name), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		dir string
+		fd  *int
+	}{{filepath.Join(c.user, "work"), &c.workFD}, {filepath.Join(c.user, "spare"), &c.spareFD}, {c.hooks, &c.hooksFD}} {
+		fd, err := unix.Open(d.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("opening %s: %w", filepath.Join(c.user, d.name), err)
+			return fmt.Errorf("opening %s: %w", d.dir, err)
 		}
 		*d.fd = fd
 	}

@@ -57,7 +57,8 @@ func layoutForTest(t *testing.T, l CgroupLimits) *Cgroups {
 		c.Close()
 		// cgroup.kill ends every user process the test left, at once.
 		write(filepath.Join(base, "user", "cgroup.kill"), "1")
-		for _, d := range []string{"user/work", "user/spare", "user", "agent", ""} {
+		write(filepath.Join(base, "hooks", "cgroup.kill"), "1")
+		for _, d := range []string{"user/work", "user/spare", "user", "hooks", "agent", ""} {
 			for range 100 {
 				if err := syscall.Rmdir(filepath.Join(base, d)); err == nil || errors.Is(err, syscall.ENOENT) {
 					break
@@ -114,6 +115,8 @@ func TestCgroupV2Layout(t *testing.T) {
 		"user/spare/pids.max": "10",
 		"user/cpu.weight":     "50",
 		"agent/cpu.weight":    "10000",
+		"hooks/pids.max":      strconv.Itoa(HookPids),
+		"hooks/memory.max":    strconv.Itoa(128 << 20),
 	} {
 		if got := readTrim(t, filepath.Join(base, file)); got != want {
 			t.Errorf("%s = %s, want %s", file, got, want)
@@ -136,7 +139,8 @@ func TestCgroupV2Layout(t *testing.T) {
 
 // TestCgroupV2Spare: once work is full, a start takes the spare (the
 // user's way out of a fork bomb); once both are full, a start is refused
-// as a limit; the refusals are counted.
+// as a limit; the refusals are counted; and a lifecycle hook still starts,
+// in the hooks' cgroup.
 func TestCgroupV2Spare(t *testing.T) {
 	c := layoutForTest(t, CgroupLimits{PidsMax: 40})
 	r := isolated(t, c, nil)
@@ -195,6 +199,16 @@ func TestCgroupV2Spare(t *testing.T) {
 	if s := c.Stats(); s.Tasks < 39 || s.ForkRefusals < 3 {
 		t.Errorf("stats with both full: %+v", s)
 	}
+	// A post-clone hook renewing SSH keys must start all the same.
+	hook, hookDone, err := r.ForkExecHook("/bin/sh", []string{"sh", "-c", "cat /proc/self/cgroup >&2; sleep 600"}, &syscall.ProcAttr{})
+	if err != nil {
+		t.Fatalf("a hook with work and spare full: %v", err)
+	}
+	if got := cgroupOf(t, hook); got != "/"+testCgroupName+"/hooks" {
+		t.Errorf("a hook is born in %q", got)
+	}
+	syscall.Kill(hook, syscall.SIGKILL)
+	<-hookDone
 }
 
 // TestCgroupV2OOMKill: a process past memory.max ends oom_killed, killed

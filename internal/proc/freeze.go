@@ -12,7 +12,7 @@ import (
 )
 
 // A pause freezes user work with cgroup v2's freezer (cgroup.freeze on the
-// user cgroup): every user process, and every process started while it
+// user cgroup, and on the hooks' with what hooks left running): every user process, and every process started while it
 // is frozen (born into a frozen cgroup), stops without a signal it could
 // see, as the whole VM stops a moment later. The agent keeps running.
 
@@ -32,8 +32,10 @@ func (c *Cgroups) FreezeUser(ctx context.Context) error {
 	if !c.On() {
 		return fmt.Errorf("%w: %s", ErrIsolationOff, c.Off)
 	}
-	if err := write(filepath.Join(c.user, "cgroup.freeze"), "1"); err != nil {
-		return fmt.Errorf("freezing %s: %w", c.user, err)
+	for _, d := range c.frozenWithUser() {
+		if err := write(filepath.Join(d, "cgroup.freeze"), "1"); err != nil {
+			return fmt.Errorf("freezing %s: %w", d, err)
+		}
 	}
 	t := time.NewTicker(frozenPoll)
 	defer t.Stop()
@@ -53,19 +55,34 @@ func (c *Cgroups) ThawUser() error {
 	if !c.On() {
 		return fmt.Errorf("%w: %s", ErrIsolationOff, c.Off)
 	}
-	if err := write(filepath.Join(c.user, "cgroup.freeze"), "0"); err != nil {
-		return fmt.Errorf("thawing %s: %w", c.user, err)
+	for _, d := range c.frozenWithUser() {
+		if err := write(filepath.Join(d, "cgroup.freeze"), "0"); err != nil {
+			return fmt.Errorf("thawing %s: %w", d, err)
+		}
 	}
 	return nil
 }
 
+// frozenWithUser is the cgroups a pause freezes: user work, and what the
+// hooks left running.
+func (c *Cgroups) frozenWithUser() []string { return []string{c.user, c.hooks} }
+
 // UserFrozen reports whether the kernel says every task of the user
-// cgroup is stopped (cgroup.events: frozen 1).
+// cgroup, and of the hooks', is stopped (cgroup.events: frozen 1).
 func (c *Cgroups) UserFrozen() bool {
 	if !c.On() {
 		return false
 	}
-	b, err := os.ReadFile(filepath.Join(c.user, "cgroup.events"))
+	for _, d := range c.frozenWithUser() {
+		if !cgroupFrozen(d) {
+			return false
+		}
+	}
+	return true
+}
+
+func cgroupFrozen(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
 	if err != nil {
 		return false
 	}

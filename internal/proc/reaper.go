@@ -49,8 +49,8 @@ type Reaper struct {
 // isolation is what Isolate set.
 type isolation struct {
 	// work, if not -1, is the cgroup children are born in, spare the one
-	// they are born in when work is full (cgroup.go).
-	work, spare int
+	// they are born in when work is full, hooks the hooks' (cgroup.go).
+	work, spare, hooks int
 	// ooms tells the OOM killer's victims apart (oomkill.go); nil: not
 	// known.
 	ooms *OOMKills
@@ -61,7 +61,7 @@ func (r *Reaper) isolation() *isolation {
 	if iso := r.iso.Load(); iso != nil {
 		return iso
 	}
-	return &isolation{work: -1, spare: -1}
+	return &isolation{work: -1, spare: -1, hooks: -1}
 }
 
 // Status is how a process ended.
@@ -108,6 +108,7 @@ func NewReaper() (*Reaper, error) {
 func (r *Reaper) Isolate(c *Cgroups, ooms *OOMKills) {
 	iso := &isolation{ooms: ooms}
 	iso.work, iso.spare = c.StartFDs()
+	iso.hooks = c.HooksFD()
 	r.iso.Store(iso)
 }
 
@@ -142,6 +143,19 @@ func (r *Reaper) Start(fork func() (int, error)) (int, <-chan Status, error) {
 // machinery (a handler, the signal goroutine, the reap loop), which costs
 // every short command several wake-ups.
 func (r *Reaper) ForkExec(path string, argv []string, attr *syscall.ProcAttr) (int, <-chan Status, error) {
+	iso := r.isolation()
+	return r.forkExecIn(iso.work, iso.spare, path, argv, attr)
+}
+
+// ForkExecHook is ForkExec for a lifecycle hook: born in the hooks'
+// cgroup, which a fork bomb in user work cannot fill.
+func (r *Reaper) ForkExecHook(path string, argv []string, attr *syscall.ProcAttr) (int, <-chan Status, error) {
+	return r.forkExecIn(r.isolation().hooks, -1, path, argv, attr)
+}
+
+// forkExecIn is ForkExec into the cgroup of directory descriptor cg (-1:
+// the agent's own), then spare (-1: none) if cg is at its pids.max.
+func (r *Reaper) forkExecIn(cg, spare int, path string, argv []string, attr *syscall.ProcAttr) (int, <-chan Status, error) {
 	a := *attr
 	var sys syscall.SysProcAttr
 	if attr.Sys != nil {
@@ -149,24 +163,23 @@ func (r *Reaper) ForkExec(path string, argv []string, attr *syscall.ProcAttr) (i
 	}
 	pidfd := -1
 	sys.PidFD = &pidfd
-	iso := r.isolation()
-	if iso.work >= 0 {
-		// Born in the user cgroup (clone3, CLONE_INTO_CGROUP): never
-		// for an instant outside it.
-		sys.UseCgroupFD, sys.CgroupFD = true, iso.work
+	if cg >= 0 {
+		// Born in its cgroup (clone3, CLONE_INTO_CGROUP): never for an
+		// instant outside it.
+		sys.UseCgroupFD, sys.CgroupFD = true, cg
 	}
 	a.Sys = &sys
-	if held := r.held.Load(); held != nil && iso.work >= 0 {
+	if held := r.held.Load(); held != nil && cg >= 0 {
 		// A child born frozen would hold this start, and the reaper's
 		// lock, until the thaw: wait for the thaw first instead.
 		<-*held
 	}
 	pid, ch, err := r.Start(func() (int, error) {
 		pid, err := syscall.ForkExec(path, argv, &a)
-		if errors.Is(err, syscall.EAGAIN) && iso.spare >= 0 {
+		if errors.Is(err, syscall.EAGAIN) && spare >= 0 {
 			// The user's work is at its pids.max (a fork bomb?): this
 			// start, likely the user's way out, takes the spare.
-			sys.CgroupFD = iso.spare
+			sys.CgroupFD = spare
 			pid, err = syscall.ForkExec(path, argv, &a)
 		}
 		return pid, err

@@ -57,10 +57,10 @@ func hookTree(t *testing.T, event HookEvent, scripts map[string]string) string {
 // in name order, told the event, generation, pause, sandbox and clone.
 func TestHooksRunInOrderWithTheirEnvironment(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
-	body := `echo "$0 $RAYITO_EVENT $RAYITO_RESUME_GENERATION $RAYITO_PAUSED_MS $RAYITO_SANDBOX_ID $RAYITO_CLONE" >> ` + out
+	body := `echo "$RAYITO_HOOK $RAYITO_EVENT $RAYITO_RESUME_GENERATION $RAYITO_PAUSED_MS $RAYITO_SANDBOX_ID $RAYITO_CLONE" >> ` + out
 	dir := hookTree(t, HookPostClone, map[string]string{"20-b": body, "10-a": body, "30-c": body + "; echo oops >&2; exit 3"})
 	h := &Hooks{Dir: dir, Spawn: spawnForTest}
-	rs := h.Run(context.Background(), HookPostClone, HookEnv{Generation: 4, PausedMs: 1234, SandboxID: "sb-2", Clone: true})
+	rs := h.Run(context.Background(), HookPostClone, HookEnv{Generation: 4, PausedMs: 1234, SandboxID: "sb-2", Clone: true}, nil)
 	b, _ := os.ReadFile(out)
 	d := filepath.Join(dir, "post-clone.d")
 	want := d + "/10-a post-clone 4 1234 sb-2 1\n" + d + "/20-b post-clone 4 1234 sb-2 1\n" + d + "/30-c post-clone 4 1234 sb-2 1\n"
@@ -70,10 +70,10 @@ func TestHooksRunInOrderWithTheirEnvironment(t *testing.T) {
 	if len(rs) != 3 || rs[0].Hook != d+"/10-a" || rs[2].ExitCode == nil || *rs[2].ExitCode != 3 || rs[2].StderrTail != "oops\n" || hookFailed(rs[0]) {
 		t.Errorf("results: %+v", rs)
 	}
-	if got := h.Run(context.Background(), HookPrePause, HookEnv{}); len(got) != 0 {
+	if got := h.Run(context.Background(), HookPrePause, HookEnv{}, nil); len(got) != 0 {
 		t.Errorf("an event without a directory ran %+v", got)
 	}
-	if got := (&Hooks{Dir: filepath.Join(dir, "missing"), Spawn: spawnForTest}).Run(context.Background(), HookPostClone, HookEnv{}); got != nil {
+	if got := (&Hooks{Dir: filepath.Join(dir, "missing"), Spawn: spawnForTest}).Run(context.Background(), HookPostClone, HookEnv{}, nil); got != nil {
 		t.Errorf("a missing hooks dir: %+v", got)
 	}
 }
@@ -98,7 +98,7 @@ func TestHooksRefusedAndBounded(t *testing.T) {
 	// Far above what the quick hooks need on a loaded machine, far below
 	// the slow one's 30 s.
 	h := &Hooks{Dir: dir, Timeout: 3 * time.Second, Spawn: spawnForTest}
-	rs := h.Run(context.Background(), HookPostResume, HookEnv{})
+	rs := h.Run(context.Background(), HookPostResume, HookEnv{}, nil)
 	if len(rs) != 6 {
 		t.Fatalf("results: %+v", rs)
 	}
@@ -140,7 +140,7 @@ func TestHooksRunAsTheirOwner(t *testing.T) {
 	if err := os.Chown(hook, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	rs := (&Hooks{Dir: dir, Spawn: spawnForTest}).Run(context.Background(), HookPostResume, HookEnv{})
+	rs := (&Hooks{Dir: dir, Spawn: spawnForTest}).Run(context.Background(), HookPostResume, HookEnv{}, nil)
 	if len(rs) != 1 || strings.TrimSpace(rs[0].StderrTail) != "65534" {
 		t.Errorf("a hook owned by nobody: %+v", rs)
 	}

@@ -193,6 +193,12 @@ func New(o Options) (*Manager, error) {
 	boot := bootID()
 	m.gen = p.Generation
 	m.sandbox = p.SandboxID
+	if err := CheckSandboxID(p.SandboxID); err != nil {
+		// Saved by an agent that took any id: kept, it would break every
+		// hook's start from now on.
+		m.log.Warn("forgetting the saved sandbox id", zap.Error(err))
+		m.sandbox = ""
+	}
 	if found && p.BootID != boot {
 		m.gen++
 		for _, k := range p.Kernels {
@@ -302,7 +308,7 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 			m.resetStale(&late)
 			if m.o.Hooks != nil {
 				env := HookEnv{Generation: m.Generation(), SandboxID: m.sandboxID(), Clone: true}
-				late.Hooks = m.o.Hooks.Run(ctx, HookPostClone, env)
+				late.Hooks = m.o.Hooks.Run(ctx, HookPostClone, env, nil)
 			}
 			m.amendLast(func(l *LastResume) {
 				l.NewSandbox = true
@@ -381,9 +387,9 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 			env.PausedMs = *last.PausedMs
 		}
 		if last.NewSandbox {
-			last.Hooks = append(last.Hooks, m.o.Hooks.Run(ctx, HookPostClone, env)...)
+			last.Hooks = append(last.Hooks, m.o.Hooks.Run(ctx, HookPostClone, env, nil)...)
 		}
-		last.Hooks = append(last.Hooks, m.o.Hooks.Run(ctx, HookPostResume, env)...)
+		last.Hooks = append(last.Hooks, m.o.Hooks.Run(ctx, HookPostResume, env, nil)...)
 	}
 	if err := m.persistGeneration(gen); err != nil {
 		m.log.Error("saving the new generation failed: after a crash the agent would report an older one", zap.Uint64("generation", gen), zap.Error(err))
@@ -410,7 +416,9 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 	m.mu.Lock()
 	// A new value: State hands the old pointer to readers.
 	done := *m.last
-	done.DurationMs = time.Since(start).Milliseconds()
+	// From the report's arrival: what the caller waited, the end of an
+	// overtaken pause and an earlier sequence included.
+	done.DurationMs = time.Since(arrived).Milliseconds()
 	m.last = &done
 	// The window runs from the end of the sequence: reports of this
 	// restore that waited behind a slow kernel check still belong to it.

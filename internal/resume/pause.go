@@ -291,7 +291,12 @@ func (m *Manager) quiesce(p *pause) {
 		// Before the freeze, while the programs they talk to still run;
 		// bounded by their own timeout, not the pause's deadline.
 		p.step(stepHooks, func() (string, bool, error) {
-			rs := m.o.Hooks.Run(p.base, HookPrePause, HookEnv{Generation: gen, SandboxID: m.sandboxID()})
+			rs := m.o.Hooks.Run(p.base, HookPrePause, HookEnv{Generation: gen, SandboxID: m.sandboxID()}, func(rs []HookResult) {
+				// The answer shows which hook runs, if the deadline comes first.
+				p.mu.Lock()
+				p.answer.Hooks = rs
+				p.mu.Unlock()
+			})
 			p.mu.Lock()
 			p.answer.Hooks = rs
 			p.mu.Unlock()
