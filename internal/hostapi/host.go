@@ -137,7 +137,11 @@ func (s *API) handleResume(w http.ResponseWriter, r *http.Request) {
 		}
 		rep.TimeUnixNs = *body.TimeUnixNs
 	}
-	st := s.cfg.Resume.Resume(r.Context(), rep)
+	// The resume runs to its end on its own bounds (the kernel check, the
+	// hooks', the cut's), whether or not the host waits for it: a host
+	// that gives up early must not cut it short, and its retry with the
+	// same resume_id gets the whole answer.
+	st := s.cfg.Resume.Resume(context.WithoutCancel(r.Context()), rep)
 	h := s.health()
 	h.State = st
 	surface.WriteJSON(w, http.StatusOK, h)
@@ -156,7 +160,7 @@ func (s *API) initAllowed(r *http.Request) bool {
 
 func (s *API) handleInit(w http.ResponseWriter, r *http.Request) {
 	refuse := func() {
-		surface.WriteError(w, http.StatusUnauthorized, wire.Errorf(wire.CodeBadRequest, "missing or wrong access token (only the first /v1/init may come without one, while the agent has none)"))
+		surface.WriteErr(w, wire.Errorf(wire.CodeUnauthenticated, "missing or wrong access token (only the first /v1/init may come without one, while the agent has none)"))
 	}
 	if !s.initAllowed(r) {
 		refuse()

@@ -64,3 +64,35 @@ func TestHostBodyTooLargeIsLimit(t *testing.T) {
 		}
 	}
 }
+
+// A sandbox_id with a control character, a NUL or a byte outside its
+// alphabet is a clear 400 on /v1/resume and /v1/init, and nothing is
+// kept: the hooks' environment carries the id, and one NUL in it once
+// made every later hook fail to start.
+func TestSandboxIDIsChecked(t *testing.T) {
+	const token = "id-token"
+	auth := surface.NewAuth(token)
+	kit := surface.New(surface.Options{Auth: auth})
+	m, err := resume.New(resume.Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kit.Mount(hostapi.New(hostapi.Config{Version: "v1", Auth: auth, Defaults: &proc.Defaults{}, Resume: m, Pause: m}).Surface())
+	srv := httptest.NewServer(kit.Handler())
+	defer srv.Close()
+	for _, id := range []string{`sb\u0000x`, `sb\nx`, `sb x`, `sb/../x`, `sb\u00e9`, strings.Repeat("x", resume.MaxSandboxID+1)} {
+		for _, route := range []string{"/v1/resume", "/v1/init"} {
+			code, b := surfacetest.PostJSON(t, srv.URL+route, token, `{"sandbox_id": "`+id+`"}`)
+			if code != 400 || !strings.Contains(string(b), "sandbox_id") || !strings.Contains(string(b), `"bad_request"`) {
+				t.Errorf("%s with sandbox_id %q: %d %s, want 400 bad_request naming sandbox_id", route, id, code, b)
+			}
+		}
+	}
+	if st := m.State(); st.SandboxID != "" || st.Generation != 0 {
+		t.Fatalf("a refused id changed the state: %+v", st)
+	}
+	code, b := surfacetest.PostJSON(t, srv.URL+"/v1/resume", token, `{"sandbox_id": "i-Sb_2.a:9"}`)
+	if code != 200 || m.State().SandboxID != "i-Sb_2.a:9" {
+		t.Fatalf("a good id: %d %s", code, b)
+	}
+}

@@ -49,12 +49,24 @@ func DecodeEntropy(s string) ([]byte, error) {
 	return nil, fmt.Errorf("entropy must be base64 (of %d to %d bytes)", MinHostEntropy, MaxHostEntropy)
 }
 
-// CheckSandboxID validates a sandbox id from the host.
+// CheckSandboxID validates a sandbox id from the host: at most
+// MaxSandboxID bytes of ASCII letters, digits, '-', '_', '.' and ':'. It
+// ends up in every hook's environment and in state.json, so a control
+// character or a NUL would break each later hook's start.
 func CheckSandboxID(id string) error {
 	if len(id) > MaxSandboxID {
 		return fmt.Errorf("sandbox_id longer than %d bytes", MaxSandboxID)
 	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !sandboxIDByte(c) {
+			return fmt.Errorf("sandbox_id may hold ASCII letters, digits, '-', '_', '.' and ':', got %q at byte %d", c, i)
+		}
+	}
 	return nil
+}
+
+func sandboxIDByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':'
 }
 
 // reseed is the clone-safety step of a resume: the CRNG re-key, then the

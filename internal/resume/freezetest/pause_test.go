@@ -355,3 +355,41 @@ func TestHooksAroundAPause(t *testing.T) {
 		t.Errorf("lifecycle after the resume: %v", m)
 	}
 }
+
+// TestResumeOutlivesAHostThatLeaves: a host that gives up on /v1/resume
+// after 50 ms (curl -m) changes nothing about what the resume does: its
+// post-resume hook runs its whole second, not killed and not timed out;
+// the native client still hears of the resume (a reconnect at the new
+// generation); and the host's retry with the same resume_id gets the
+// whole answer, the hook's exit in it.
+func TestResumeOutlivesAHostThatLeaves(t *testing.T) {
+	t.Parallel()
+	hooks := t.TempDir()
+	os.MkdirAll(filepath.Join(hooks, "post-resume.d"), 0o755)
+	if err := os.WriteFile(filepath.Join(hooks, "post-resume.d", "10-slow"), []byte("#!/bin/sh\nsleep 1\necho finished >&2\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a := startAgent(t, agentConfig{Args: []string{"--hooks-dir", hooks, "--hook-timeout", "5s"}})
+	c, rc := dialCounted(t, a)
+	hostPause(t, a, client.PauseOptions{})
+	a.pause(t)
+	a.unpause(t)
+	impatient, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := (client.Host{URL: a.url, Token: testToken}).Resume(impatient, client.ResumeOptions{ResumeID: "leaves"}); err == nil {
+		t.Fatal("the resume answered within 50 ms: its 1 s hook did not run")
+	}
+	rc.wait(t, 1)
+	h, err := c.Resume(ctxLong(t), client.ResumeOptions{ResumeID: "leaves"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lr := h.LastResume
+	if h.ResumeGeneration != 1 || lr == nil || lr.ResumeID != "leaves" || len(lr.Hooks) != 1 {
+		t.Fatalf("the retry's answer: %+v, last %+v", h, lr)
+	}
+	hk := lr.Hooks[0]
+	if hk.TimedOut || hk.Killed != "" || hk.ExitCode == nil || *hk.ExitCode != 0 || hk.StderrTail != "finished\n" || hk.DurationMs < 1000 {
+		t.Errorf("the hook, with the host gone: %+v", hk)
+	}
+}
