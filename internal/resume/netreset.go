@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -22,8 +23,8 @@ import (
 // SOCK_DESTROY over the sock_diag netlink family (CONFIG_INET_DIAG_DESTROY,
 // which Debian's kernel has), so its owner's next read or write fails at
 // once instead of hanging. Connections whose peer is this machine
-// (loopback, or one of its own addresses) are never touched, nor the
-// agent's own.
+// (loopback, or any address of any of its interfaces) are never touched,
+// nor the agent's own.
 
 // Sizes of the sock_diag structures (linux/inet_diag.h).
 const (
@@ -57,6 +58,10 @@ type tcpSock struct {
 // machine except those whose socket inode skip names (the agent's own),
 // and returns the ones it reset.
 func ResetStaleTCP(skip map[uint32]bool) ([]Conn, error) {
+	own, err := ownAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("listing this machine's addresses: %w", err)
+	}
 	nl, err := netlink.Dial(unix.NETLINK_SOCK_DIAG)
 	if err != nil {
 		return nil, fmt.Errorf("sock_diag: %w", err)
@@ -70,10 +75,17 @@ func ResetStaleTCP(skip map[uint32]bool) ([]Conn, error) {
 		}
 		socks = append(socks, s...)
 	}
+	return resetSocks(nl, socks, func(s tcpSock) bool { return skip[s.inode] || local(s, own) })
+}
+
+// resetSocks resets each of socks that keep does not name. A socket gone
+// meanwhile (its owner closed it, or it was the peer of one just reset)
+// is neither reset nor an error.
+func resetSocks(nl *netlink.Conn, socks []tcpSock, keep func(tcpSock) bool) ([]Conn, error) {
 	var reset []Conn
 	var errs []error
 	for _, s := range socks {
-		if skip[s.inode] || s.remote.Addr().IsLoopback() || s.remote.Addr().Unmap().IsLoopback() || s.remote.Addr() == s.local.Addr() {
+		if keep(s) {
 			continue
 		}
 		err := destroyTCP(nl, s)
@@ -82,6 +94,9 @@ func ResetStaleTCP(skip map[uint32]bool) ([]Conn, error) {
 			// down through a copy of its owner's descriptor instead.
 			err = shutdownByInode(s.inode)
 		}
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, errNoHolder) {
+			continue
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("resetting %s to %s: %w", s.local, s.remote, err))
 			continue
@@ -89,6 +104,29 @@ func ResetStaleTCP(skip map[uint32]bool) ([]Conn, error) {
 		reset = append(reset, Conn{Local: s.local.String(), Remote: s.remote.String()})
 	}
 	return reset, errors.Join(errs...)
+}
+
+// local reports whether a connection's peer is this machine: loopback, its
+// own local address, or any address of any interface (a connection
+// between two of the guest's addresses lives and dies with the guest).
+func local(s tcpSock, own map[netip.Addr]bool) bool {
+	r := s.remote.Addr().Unmap()
+	return r.IsLoopback() || r == s.local.Addr().Unmap() || own[r]
+}
+
+// ownAddrs is every address of every interface of this machine.
+func ownAddrs() (map[netip.Addr]bool, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	own := map[netip.Addr]bool{}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			own[p.Addr().Unmap()] = true
+		}
+	}
+	return own, nil
 }
 
 // diagRequest is an inet_diag_req_v2 for TCP in family, of states, naming
@@ -197,5 +235,8 @@ func shutdownByInode(inode uint32) error {
 			return unix.Shutdown(dup, unix.SHUT_RDWR)
 		}
 	}
-	return fmt.Errorf("no process holds socket %d", inode)
+	return fmt.Errorf("%w %d", errNoHolder, inode)
 }
+
+// errNoHolder: no process holds the socket any more.
+var errNoHolder = errors.New("no process holds socket")

@@ -2,10 +2,13 @@ package resume
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -144,4 +147,125 @@ func TestDumpAndDestroyTCP(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// inNewNetns runs f on a thread of its own in a new network namespace
+// with lo up and the given addresses on it; the thread is thrown away
+// after. It skips without the rights to make one.
+func inNewNetns(t *testing.T, addrs []string, f func()) {
+	t.Helper()
+	done := make(chan any)
+	go func() {
+		defer close(done)
+		// Never unlocked: the thread, in its own namespace, ends with
+		// the goroutine.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			done <- "unshare: " + err.Error()
+			return
+		}
+		cmds := [][]string{{"link", "set", "lo", "up"}}
+		for _, a := range addrs {
+			cmds = append(cmds, []string{"addr", "add", a + "/32", "dev", "lo"})
+		}
+		for _, args := range cmds {
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				done <- fmt.Sprintf("ip %v: %v: %s", args, err, out)
+				return
+			}
+		}
+		f()
+	}()
+	if msg, ok := <-done; ok {
+		t.Skipf("no network namespace of the test's own: %v", msg)
+	}
+}
+
+// TestResetLeavesTheGuestsOwnAddresses: a connection between two of the
+// machine's own addresses (10.9.0.1 to 10.9.0.2, both on lo) is not a
+// connection to another machine: the reset leaves it (and its peer)
+// alone, and reports no error.
+func TestResetLeavesTheGuestsOwnAddresses(t *testing.T) {
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs ip (iproute2)")
+	}
+	inNewNetns(t, []string{"10.9.0.1", "10.9.0.2"}, func() {
+		l, err := net.Listen("tcp4", "10.9.0.2:0")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer l.Close()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("10.9.0.1")}}
+		conn, err := d.Dial("tcp4", l.Addr().String())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		peer, err := l.Accept()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer peer.Close()
+		reset, err := ResetStaleTCP(nil)
+		if errors.Is(err, unix.EPERM) {
+			t.Log("SOCK_DESTROY needs CAP_NET_ADMIN")
+		}
+		if err != nil || len(reset) != 0 {
+			t.Errorf("the reset of a connection within the machine: reset %v, error %v", reset, err)
+		}
+		conn.Write([]byte("x"))
+		peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := peer.Read(make([]byte, 1)); err != nil {
+			t.Errorf("the connection after the reset: %v", err)
+		}
+	})
+}
+
+// TestResetOfAGoneSocketIsNoError: a socket that went away between the
+// dump and its reset (here, both ends of a connection one of which was
+// reset just before) is neither reported reset nor an error.
+func TestResetOfAGoneSocketIsNoError(t *testing.T) {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	conn, err := net.Dial("tcp4", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	nl, err := netlink.Dial(unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	socks, err := dumpTCP(nl, unix.AF_INET)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := map[netip.AddrPort]bool{netip.MustParseAddrPort(conn.LocalAddr().String()): true, netip.MustParseAddrPort(peer.LocalAddr().String()): true}
+	var pair []tcpSock
+	for _, s := range socks {
+		if ours[s.local] && ours[s.remote] {
+			pair = append(pair, s)
+		}
+	}
+	if len(pair) != 2 {
+		t.Fatalf("the dump has %d ends of the connection, want 2", len(pair))
+	}
+	conn.Close() // gone: its socket leaves the tables at once (an RST, then closed)
+	peer.(*net.TCPConn).SetLinger(0)
+	peer.Close()
+	reset, err := resetSocks(nl, pair, func(tcpSock) bool { return false })
+	if err != nil || len(reset) != 0 {
+		t.Fatalf("resetting two sockets already gone: reset %v, error %v", reset, err)
+	}
 }
