@@ -225,14 +225,17 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // Pause quiesces the sandbox for a pause (the steps in the package doc)
 // and answers by the request's deadline with what is done. A pause while
-// one is in place with the same parameters shares it and gets its answer;
-// with others it is ErrPauseConflict.
+// one is in place with the same parameters (all four: a retry) shares it
+// and gets its answer; with others it is ErrPauseConflict, since the one
+// in place keeps its own.
 func (m *Manager) Pause(ctx context.Context, req PauseRequest) (PauseAnswer, error) {
 	m.pmu.Lock()
 	p := m.pause
-	if p != nil && (p.req.Mode != req.Mode || p.req.Shrink != req.Shrink) {
+	if p != nil && p.req != req {
 		m.pmu.Unlock()
-		return PauseAnswer{}, fmt.Errorf("%w: mode %s and shrink %s, asked %s and %s; abort it first", ErrPauseConflict, p.req.Mode, p.req.Shrink, req.Mode, req.Shrink)
+		return PauseAnswer{}, fmt.Errorf("%w: mode %s, shrink %s, deadline_ms %d, thaw_after_ms %d; asked %s, %s, %d, %d; abort it first", ErrPauseConflict,
+			p.req.Mode, p.req.Shrink, p.req.Deadline.Milliseconds(), p.req.ThawAfter.Milliseconds(),
+			req.Mode, req.Shrink, req.Deadline.Milliseconds(), req.ThawAfter.Milliseconds())
 	}
 	if p == nil {
 		base, cancelCause := context.WithCancelCause(context.Background())

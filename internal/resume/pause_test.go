@@ -266,10 +266,20 @@ func TestPauseConflictsAndAbort(t *testing.T) {
 	if err != nil || again.AtUnixMs != first.AtUnixMs || strings.Count(j.String(), "freeze") != 1 {
 		t.Fatalf("a repeated pause: %+v, %v; did %s", again, err, j)
 	}
-	other := pauseReq()
-	other.Shrink = ShrinkAll
-	if _, err := m.Pause(context.Background(), other); !errors.Is(err, ErrPauseConflict) {
-		t.Fatalf("a pause with other parameters: %v", err)
+	for _, change := range []func(*PauseRequest){
+		func(r *PauseRequest) { r.Shrink = ShrinkAll },
+		func(r *PauseRequest) { r.Mode = ModeFilesystem },
+		func(r *PauseRequest) { r.ThawAfter = 5 * time.Second },
+		func(r *PauseRequest) { r.Deadline = 5 * time.Second },
+	} {
+		other := pauseReq()
+		change(&other)
+		if _, err := m.Pause(context.Background(), other); !errors.Is(err, ErrPauseConflict) {
+			t.Fatalf("a pause with other parameters (%+v): %v", other, err)
+		}
+	}
+	if p := m.Paused(); p == nil || p.ThawAfterMs != pauseReq().ThawAfter.Milliseconds() {
+		t.Fatalf("the pause in place after the conflicts: %+v", p)
 	}
 	a, err := m.Abort()
 	if err != nil || a.Generation != 0 || len(a.Thaw) != 1 || m.Paused() != nil {

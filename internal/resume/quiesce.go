@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -31,10 +32,11 @@ type filesystem struct {
 }
 
 // writableFilesystems lists the writable filesystems backed by a device
-// (not proc, tmpfs, cgroup and the other nodev kinds: nothing of theirs
-// reaches a disk), one mount per device, in mount order.
+// (not proc, tmpfs, cgroup, nsfs and the other kinds /proc/filesystems
+// marks nodev or does not list: nothing of theirs reaches a disk), one
+// mount per device, in mount order.
 func writableFilesystems() ([]filesystem, error) {
-	nodev, err := nodevTypes()
+	block, err := blockTypes()
 	if err != nil {
 		return nil, err
 	}
@@ -43,9 +45,20 @@ func writableFilesystems() ([]filesystem, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return parseMountinfo(f, block, func(dir string) bool {
+		st, err := os.Stat(dir)
+		return err == nil && st.IsDir()
+	})
+}
+
+// parseMountinfo picks the mounts of mountinfo to sync: writable, of a
+// type in block, one per device, the first whose mount point isDir says
+// is a directory (a single file bind-mounted, as `ip netns add` and
+// container runtimes do, cannot be opened as one).
+func parseMountinfo(r io.Reader, block map[string]bool, isDir func(string) bool) ([]filesystem, error) {
 	var out []filesystem
 	seen := map[string]bool{}
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		// id parent major:minor root mountpoint options [optional...] - type source superoptions
 		pre, post, ok := strings.Cut(sc.Text(), " - ")
@@ -54,7 +67,7 @@ func writableFilesystems() ([]filesystem, error) {
 			continue
 		}
 		dev, dir, opts, fstype := a[2], unescapeMount(a[4]), strings.Split(a[5], ","), b[0]
-		if nodev[fstype] || !slices.Contains(opts, "rw") || seen[dev] {
+		if !block[fstype] || !slices.Contains(opts, "rw") || seen[dev] || !isDir(dir) {
 			continue
 		}
 		seen[dev] = true
@@ -63,16 +76,17 @@ func writableFilesystems() ([]filesystem, error) {
 	return out, sc.Err()
 }
 
-// nodevTypes are the filesystem types /proc/filesystems marks nodev.
-func nodevTypes() (map[string]bool, error) {
+// blockTypes are the filesystem types /proc/filesystems lists without
+// nodev: those that keep their data on a device.
+func blockTypes() (map[string]bool, error) {
 	b, err := os.ReadFile("/proc/filesystems")
 	if err != nil {
 		return nil, err
 	}
 	m := map[string]bool{}
 	for _, line := range strings.Split(string(b), "\n") {
-		if name, ok := strings.CutPrefix(line, "nodev\t"); ok {
-			m[name] = true
+		if name, ok := strings.CutPrefix(line, "\t"); ok && name != "" {
+			m[strings.TrimSpace(name)] = true
 		}
 	}
 	return m, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,6 +20,8 @@ type UeventListener struct {
 	f      *os.File
 	report func()
 	done   chan struct{}
+	// fromKernel counts the kernel's messages read (tests).
+	fromKernel atomic.Int64
 }
 
 // ListenUevents opens a kernel uevent socket and calls report for each
@@ -40,9 +43,22 @@ func ListenUevents(report func()) (*UeventListener, error) {
 
 func (l *UeventListener) loop() {
 	defer close(l.done)
+	rc, err := l.f.SyscallConn()
+	if err != nil {
+		return
+	}
 	buf := make([]byte, 64<<10)
 	for {
-		n, err := l.f.Read(buf)
+		var n int
+		var from unix.Sockaddr
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			n, from, rerr = unix.Recvfrom(int(fd), buf, 0)
+			return rerr != unix.EAGAIN
+		})
+		if err == nil {
+			err = rerr
+		}
 		if errors.Is(err, unix.ENOBUFS) {
 			// A burst of uevents overflowed the socket: some were lost,
 			// but the socket still works and the next ones count.
@@ -51,8 +67,19 @@ func (l *UeventListener) loop() {
 		if err != nil {
 			return
 		}
-		l.Handle(buf[:n])
+		l.take(from, buf[:n])
 	}
+}
+
+// take handles a message from the socket if the kernel sent it (netlink
+// port 0): a process with CAP_NET_ADMIN can send to the kernel's group
+// too, and a forged VMGenID change would run a whole resume.
+func (l *UeventListener) take(from unix.Sockaddr, msg []byte) bool {
+	if nl, ok := from.(*unix.SockaddrNetlink); !ok || nl.Pid != 0 {
+		return false
+	}
+	l.fromKernel.Add(1)
+	return l.Handle(msg)
 }
 
 // Handle takes one raw uevent message, as read from the socket, and
