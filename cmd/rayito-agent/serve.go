@@ -41,10 +41,11 @@ type config struct {
 	maxHold     time.Duration
 	onIdle      string
 	defaultUser string
-	// adminGroup's members can become root (sudo's group): the envd
+	// adminGroups' members can become root (sudo's, wheel's): the envd
 	// surface serves them, and root, with the agent's rights.
-	adminGroup string
-	logLevel   string
+	adminGroupFlag string
+	adminGroups    []string
+	logLevel       string
 	// Resume detectors, each can be switched off.
 	detectVMGenID bool
 	detectVMClock bool
@@ -144,7 +145,7 @@ func parseServe(args []string) (config, error) {
 	fs.StringVar(&holdDefault, "max-hold-seconds", holdDefault, "how long a hold (keep_awake, the hold op) keeps the sandbox awake at most, in seconds, at least 1 (env RAYITO_MAX_HOLD_SECONDS)")
 	fs.StringVar(&c.onIdle, "on-idle", envOr("RAYITO_ON_IDLE", ""), "command run once when the sandbox becomes idle (env RAYITO_ON_IDLE)")
 	fs.StringVar(&c.defaultUser, "default-user", envOr("RAYITO_DEFAULT_USER", ""), "user for processes that name none (env RAYITO_DEFAULT_USER)")
-	fs.StringVar(&c.adminGroup, "admin-group", envOr("RAYITO_ADMIN_GROUP", "sudo"), "group whose members can become root (sudo's): the envd API does their file operations with the agent's rights, as envd does; anyone else's run with their own rights; \"none\" leaves only root (env RAYITO_ADMIN_GROUP)")
+	fs.StringVar(&c.adminGroupFlag, "admin-group", envOr("RAYITO_ADMIN_GROUP", defaultAdminGroups), "groups whose members can become root, comma-separated (sudo: Debian, Ubuntu; wheel: Fedora, Alpine, Arch): the envd API does their file operations with the agent's rights, as envd does; anyone else's run with their own rights; \"none\" leaves only root (env RAYITO_ADMIN_GROUP)")
 	fs.StringVar(&c.logLevel, "log-level", envOr("RAYITO_LOG_LEVEL", "info"), "debug, info, warn or error (env RAYITO_LOG_LEVEL)")
 	fs.BoolVar(&c.detectVMGenID, "detect-vmgenid", envBool("RAYITO_DETECT_VMGENID", true), "detect resumes from VMGenID change uevents (env RAYITO_DETECT_VMGENID)")
 	fs.BoolVar(&c.detectVMClock, "detect-vmclock", envBool("RAYITO_DETECT_VMCLOCK", true), "detect resumes from /dev/vmclock0's generation counter (env RAYITO_DETECT_VMCLOCK)")
@@ -187,9 +188,11 @@ func parseServe(args []string) (config, error) {
 	if err := c.lifecycle.check(); err != nil {
 		return c, err
 	}
-	if c.adminGroup == "none" {
-		c.adminGroup = ""
+	groups, err := adminGroups(c.adminGroupFlag)
+	if err != nil {
+		return c, err
 	}
+	c.adminGroups = groups
 	if c.pauseWholeVM != "auto" && c.pauseWholeVM != "true" && c.pauseWholeVM != "false" {
 		return c, fmt.Errorf("--pause-whole-vm must be true, false or auto, got %q", c.pauseWholeVM)
 	}
@@ -361,7 +364,7 @@ func run(cfg config, log *zap.Logger) error {
 	}
 	a, err := agent.New(agent.Config{
 		Version: version, Logger: log, Token: cfg.token, Origins: cfg.origins, StateDir: cfg.stateDir,
-		DefaultUser: cfg.defaultUser, AdminGroup: cfg.adminGroup, Retention: cfg.retention,
+		DefaultUser: cfg.defaultUser, AdminGroups: cfg.adminGroups, Retention: cfg.retention,
 		MaxIdle: cfg.maxIdle, MaxHold: cfg.maxHold, MaxKernels: cfg.maxKernels, KernelStart: cfg.kernelStart,
 		Reseed: cfg.reseed, EnvdOpen: cfg.envdOpen, E2BAPI: cfg.e2bAPI,
 		Reaper: reaper, Cgroups: cgroups, SetClock: wallClock(cfg, log, &jump),
@@ -592,4 +595,26 @@ func parseUserLimits(memMax, memHigh, pidsMax, cpuWeight, ioWeight string) (proc
 	}
 	total, swap := proc.Memory()
 	return proc.UserLimitsFor(l, total, swap)
+}
+
+// defaultAdminGroups are the groups that give the right to become root on
+// the common distributions: sudo on Debian and Ubuntu, wheel on Fedora,
+// Alpine and Arch.
+const defaultAdminGroups = "sudo,wheel"
+
+// adminGroups reads --admin-group: group names separated by commas, or
+// "none".
+func adminGroups(flag string) ([]string, error) {
+	if flag == "none" {
+		return nil, nil
+	}
+	var out []string
+	for _, g := range strings.Split(flag, ",") {
+		g = strings.TrimSpace(g)
+		if g == "" || strings.ContainsAny(g, ": \t\n") {
+			return nil, fmt.Errorf("--admin-group must be group names separated by commas, or none, got %q", flag)
+		}
+		out = append(out, g)
+	}
+	return out, nil
 }

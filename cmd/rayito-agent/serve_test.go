@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ func TestParseServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.kernelCheck != resume.AutoKernelCheck() || c.adminGroup != "sudo" || c.maxIdle != 0 || !c.detectClock || c.maxHold != 8*time.Hour {
+	if c.kernelCheck != resume.AutoKernelCheck() || !slices.Equal(c.adminGroups, []string{"sudo", "wheel"}) || c.maxIdle != 0 || !c.detectClock || c.maxHold != 8*time.Hour {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if c.retention.Budget != 0 || c.retention.MaxEnded != stream.DefaultMaxEnded {
@@ -58,7 +59,7 @@ func TestParseServe(t *testing.T) {
 	if c, err := parseServe([]string{"--user-memory-guard", "60%/1m"}); err != nil || c.memoryGuard.Share != 0.6 || c.memoryGuard.For != time.Minute {
 		t.Fatalf("--user-memory-guard 60%%/1m: %+v, %v", c.memoryGuard, err)
 	}
-	if c, err := parseServe([]string{"--kernel-check-timeout", "auto", "--admin-group", "none"}); err != nil || c.kernelCheck != resume.AutoKernelCheck() || c.adminGroup != "" {
+	if c, err := parseServe([]string{"--kernel-check-timeout", "auto", "--admin-group", "none"}); err != nil || c.kernelCheck != resume.AutoKernelCheck() || c.adminGroups != nil {
 		t.Fatalf("--kernel-check-timeout auto, --admin-group none: %+v, %v", c, err)
 	}
 	if c.maxKernels != 8 || c.kernelStart != 2*time.Minute {
@@ -105,6 +106,8 @@ func TestParseServe(t *testing.T) {
 		{"--user-memory-max", "256MiB", "--user-memory-high", "300MiB"},
 		{"--user-pids-max", "3"},
 		{"--hook-timeout", "50ms"},
+		{"--admin-group", "sudo,,wheel"},
+		{"--admin-group", ""},
 		{"--hooks-total-timeout", "forever"},
 		{"--hooks-total-timeout", "11m"},
 		{"--user-pids-max", "many"},

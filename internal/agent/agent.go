@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -47,9 +48,9 @@ type Config struct {
 	// upload journals).
 	StateDir    string
 	DefaultUser string
-	// AdminGroup's members can become root: the envd surface serves them,
-	// and root, with the agent's rights.
-	AdminGroup  string
+	// AdminGroups' members can become root: the envd surface serves
+	// them, and root, with the agent's rights.
+	AdminGroups []string
 	Retention   stream.Limits
 	MaxIdle     int64         // seconds; 0: the default
 	MaxHold     time.Duration // 0: traffic.DefaultMaxHold
@@ -207,13 +208,11 @@ func (a *Agent) buildManagers(cfg Config) error {
 	if a.Resumer, err = resume.New(ro); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	if a.Files, err = files.New(files.Options{Registry: a.Streams, Users: a.Accounts, StateDir: cfg.StateDir, Logger: log.Named("files"), AdminGroup: cfg.AdminGroup}); err != nil {
+	if a.Files, err = files.New(files.Options{Registry: a.Streams, Users: a.Accounts, StateDir: cfg.StateDir, Logger: log.Named("files"), AdminGroups: cfg.AdminGroups}); err != nil {
 		return fmt.Errorf("files: %w", err)
 	}
-	if cfg.AdminGroup != "" {
-		if _, err := a.Accounts.GID(cfg.AdminGroup); err != nil {
-			log.Info("no admin group here: the envd API does only root's file operations with the agent's rights", zap.String("admin_group", cfg.AdminGroup))
-		}
+	if len(cfg.AdminGroups) > 0 && !slices.ContainsFunc(cfg.AdminGroups, func(g string) bool { _, err := a.Accounts.GID(g); return err == nil }) {
+		log.Info("no admin group here: the envd API does only root's file operations with the agent's rights", zap.Strings("admin_groups", cfg.AdminGroups))
 	}
 	var earlier []string
 	for _, k := range a.Resumer.State().Kernels {

@@ -73,19 +73,20 @@ type agentOptions struct {
 const smallBuffer = 128 << 10
 
 func newAgent(t testing.TB, o agentOptions) *agent {
-	admin := o.adminGroup
-	switch admin {
+	var admin []string
+	switch o.adminGroup {
 	case "":
-		admin = "nogroup"
+		admin = []string{"nogroup"}
 	case "none":
-		admin = ""
+	default:
+		admin = []string{o.adminGroup}
 	}
 	token := nativeToken
 	if o.noToken {
 		token = ""
 	}
 	opts := agenttest.Options{Config: agentpkg.Config{
-		Token: token, DefaultUser: o.user, AdminGroup: admin, EnvdOpen: o.open, E2BAPI: o.e2bAPI,
+		Token: token, DefaultUser: o.user, AdminGroups: admin, EnvdOpen: o.open, E2BAPI: o.e2bAPI,
 	}}
 	httpClient := http.DefaultClient
 	if o.smallBuffers {

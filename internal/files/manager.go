@@ -38,20 +38,20 @@ type Options struct {
 	// crash left behind are removed at the next start.
 	StateDir string
 	Logger   *zap.Logger
-	// AdminGroup names the group whose members can become root (sudo's
-	// group): Privileged says they may be served with the agent's
-	// rights. "" leaves only root.
-	AdminGroup string
+	// AdminGroups name the groups whose members can become root (sudo,
+	// wheel): Privileged says they may be served with the agent's
+	// rights. None leaves only root.
+	AdminGroups []string
 }
 
 // Manager runs file operations as the users that ask for them. It is safe
 // for concurrent use.
 type Manager struct {
-	reg        *stream.Registry
-	users      *users.Accounts
-	log        *zap.Logger
-	adminGroup string
-	self       identity
+	reg         *stream.Registry
+	users       *users.Accounts
+	log         *zap.Logger
+	adminGroups []string
+	self        identity
 	// restoreIDs is restoreIDs; tests make the switch back fail with it.
 	restoreIDs func(identity, bool) error
 	umask      fs.FileMode
@@ -82,7 +82,7 @@ func New(o Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		reg: o.Registry, users: o.Users, log: o.Logger, adminGroup: o.AdminGroup, self: self, restoreIDs: restoreIDs,
+		reg: o.Registry, users: o.Users, log: o.Logger, adminGroups: o.AdminGroups, self: self, restoreIDs: restoreIDs,
 		umask: processUmask(), transfers: map[*stream.Stream]struct{}{},
 		identities: make(chan struct{}, identityThreads), held: newHeldSlots(heldBudget()),
 	}

@@ -19,8 +19,9 @@ import (
 func (m *Manager) Agent() string { return strconv.FormatUint(uint64(m.self.uid), 10) }
 
 // Privileged says whether u has root's rights anyway: root, or a member
-// of the admin group (Options.AdminGroup, sudo's by default in the agent),
-// who can become root. Only such users may be served with the agent's
+// of an admin group (Options.AdminGroups: by default in the agent sudo,
+// Debian's and Ubuntu's, and wheel, Fedora's, Alpine's and Arch's), who
+// can become root. Only such users may be served with the agent's
 // rights: for anyone else that would let a program of theirs, or of
 // another user, aim the agent's rights at what they could not reach
 // (a symlink from their home into root's directories).
@@ -28,11 +29,12 @@ func (m *Manager) Privileged(u User) bool {
 	if u.UID == 0 {
 		return true
 	}
-	if m.adminGroup == "" {
-		return false
+	for _, g := range m.adminGroups {
+		if gid, err := m.users.GID(g); err == nil && (u.GID == gid || slices.Contains(u.Groups, gid)) {
+			return true
+		}
 	}
-	gid, err := m.users.GID(m.adminGroup)
-	return err == nil && (u.GID == gid || slices.Contains(u.Groups, gid))
+	return false
 }
 
 // noMagicFor says whether an operation as u, creating for owner, may not
