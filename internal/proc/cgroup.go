@@ -74,6 +74,11 @@ type CgroupLimits struct {
 	IOWeight   int   // 1 to 10000
 }
 
+// spareCPUWeight is the spare's CPU weight next to work's 100: a command
+// started there while a runaway fills work (ps, kill) gets most of the
+// user's CPU at once.
+const spareCPUWeight = 1000
+
 // HookPids bounds the tasks of the hooks' cgroup: a few hooks at a time,
 // one after another, and what they start.
 const HookPids = 256
@@ -167,6 +172,11 @@ type Cgroups struct {
 	// The directories of user/work, user/spare and hooks, for
 	// CLONE_INTO_CGROUP.
 	workFD, spareFD, hooksFD int
+	// leaves makes the cgroup of each process started in work
+	// (leaves.go); nil where the kernel has no cpu controller, and
+	// LeavesOff says why.
+	leaves    *leaves
+	LeavesOff string
 	// guard, if running, kills when user work thrashes (memguard.go);
 	// guardKills counts its kills.
 	guard      *memoryGuard
@@ -198,6 +208,7 @@ func (c *Cgroups) Close() {
 		c.guard.close()
 		c.guard = nil
 	}
+	c.leaves.close()
 	for _, fd := range []*int{&c.workFD, &c.spareFD, &c.hooksFD} {
 		if *fd >= 0 {
 			unix.Close(*fd)
@@ -290,8 +301,11 @@ func (c *Cgroups) setup(mount, name string) error {
 			return fmt.Errorf("making %s: %w", filepath.Join(c.user, d), err)
 		}
 	}
-	if err := enable(c.user, "pids"); err != nil {
-		return fmt.Errorf("enabling pids in %s (another process in it?): %w", c.user, err)
+	// With cpu, work and spare have CPU shares of their own, and so do
+	// the leaves in work.
+	userControllers := intersect(avail, "pids", "cpu")
+	if err := enable(c.user, userControllers...); err != nil {
+		return fmt.Errorf("enabling %s in %s (another process in it?): %w", strings.Join(userControllers, ", "), c.user, err)
 	}
 	l := c.Limits
 	spare := SparePids(l.PidsMax)
@@ -310,6 +324,7 @@ func (c *Cgroups) setup(mount, name string) error {
 		{filepath.Join(c.user, "cpu.weight"), strconv.Itoa(l.CPUWeight), true},
 		{filepath.Join(c.agent, "cpu.weight"), strconv.Itoa(agentCPUWeight), true},
 		{filepath.Join(c.user, "io.weight"), "default " + strconv.Itoa(l.IOWeight), true},
+		{filepath.Join(c.user, "spare", "cpu.weight"), strconv.Itoa(spareCPUWeight), true},
 		{filepath.Join(c.agent, "io.weight"), "default " + strconv.Itoa(agentIOWeight), true},
 	}
 	for _, s := range sets {
@@ -333,6 +348,11 @@ func (c *Cgroups) setup(mount, name string) error {
 			return fmt.Errorf("opening %s: %w", d.dir, err)
 		}
 		*d.fd = fd
+	}
+	if !slices.Contains(userControllers, "cpu") {
+		c.LeavesOff = "the kernel has no cpu controller for " + c.user
+	} else if c.leaves, err = newLeaves(filepath.Join(c.user, "work")); err != nil {
+		c.LeavesOff = err.Error()
 	}
 	return nil
 }

@@ -58,9 +58,13 @@ func layoutForTest(t *testing.T, l CgroupLimits) *Cgroups {
 		// cgroup.kill ends every user process the test left, at once.
 		write(filepath.Join(base, "user", "cgroup.kill"), "1")
 		write(filepath.Join(base, "hooks", "cgroup.kill"), "1")
-		for _, d := range []string{"user/work", "user/spare", "user", "hooks", "agent", ""} {
+		leaves, _ := filepath.Glob(filepath.Join(base, "user", "work", leafPrefix+"*"))
+		for _, d := range append(leaves, "user/work", "user/spare", "user", "hooks", "agent", "") {
+			if !filepath.IsAbs(d) {
+				d = filepath.Join(base, d)
+			}
 			for range 100 {
-				if err := syscall.Rmdir(filepath.Join(base, d)); err == nil || errors.Is(err, syscall.ENOENT) {
+				if err := syscall.Rmdir(d); err == nil || errors.Is(err, syscall.ENOENT) {
 					break
 				}
 				time.Sleep(50 * time.Millisecond)
@@ -127,8 +131,8 @@ func TestCgroupV2Layout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cgroupOf(t, pid); got != "/"+testCgroupName+"/user/work" {
-		t.Errorf("a child is born in %q", got)
+	if got := cgroupOf(t, pid); !strings.HasPrefix(got, "/"+testCgroupName+"/user/work/"+leafPrefix) {
+		t.Errorf("a child is born in %q, want a leaf of work", got)
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
 	<-done
@@ -157,11 +161,11 @@ func TestCgroupV2Spare(t *testing.T) {
 			t.Fatalf("start %d: %v", i+1, err)
 		}
 		pids, dones = append(pids, pid), append(dones, done)
-		want := "/" + testCgroupName + "/user/work"
+		want := "/" + testCgroupName + "/user/work/" + leafPrefix
 		if i >= 32 {
 			want = "/" + testCgroupName + "/user/spare"
 		}
-		if got := cgroupOf(t, pid); got != want {
+		if got := cgroupOf(t, pid); !strings.HasPrefix(got, want) {
 			t.Fatalf("start %d is in %q, want %q", i+1, got, want)
 		}
 	}
@@ -174,7 +178,7 @@ func TestCgroupV2Spare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cgroupOf(t, sh); got != "/"+testCgroupName+"/user/work" {
+	if got := cgroupOf(t, sh); !strings.HasPrefix(got, "/"+testCgroupName+"/user/work/") {
 		t.Fatalf("a start with room in work is in %q", got)
 	}
 	st := <-shDone
@@ -317,5 +321,78 @@ func TestCgroupV2Freeze(t *testing.T) {
 	}
 	if c.UserFrozen() {
 		t.Error("cgroup.events still says frozen after the thaw")
+	}
+}
+
+// TestCgroupV2Leaves: each start in work is born in a leaf of its own,
+// which goes once its processes are gone (at once, or at a later sweep
+// when one left a daemon behind); and the CPU is shared between the
+// leaves, not between tasks: one busy loop beside a command of twenty
+// gets about half of the CPU, not a twenty-first.
+func TestCgroupV2Leaves(t *testing.T) {
+	c := layoutForTest(t, CgroupLimits{MemoryMax: 128 << 20, PidsMax: 200})
+	if c.leaves == nil {
+		t.Fatalf("no leaves: %s", c.LeavesOff)
+	}
+	work := filepath.Join(DefaultCgroupMount, testCgroupName, "user", "work")
+	if got := readTrim(t, filepath.Join(work, "cgroup.subtree_control")); got != "cpu" {
+		t.Errorf("work's subtree_control %q, want cpu", got)
+	}
+	if got := readTrim(t, filepath.Join(DefaultCgroupMount, testCgroupName, "user", "spare", "cpu.weight")); got != strconv.Itoa(spareCPUWeight) {
+		t.Errorf("spare's cpu.weight %s", got)
+	}
+	r := isolated(t, c, nil)
+	many, manyDone, err := r.ForkExec("/bin/sh", []string{"sh", "-c", "for i in $(seq 20); do (while :; do :; done) & done; wait"}, &syscall.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, oneDone, err := r.ForkExec("/bin/sh", []string{"sh", "-c", "while :; do :; done"}, &syscall.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	manyLeaf, oneLeaf := cgroupOf(t, many), cgroupOf(t, one)
+	if manyLeaf == oneLeaf || !strings.HasPrefix(oneLeaf, "/"+testCgroupName+"/user/work/"+leafPrefix) {
+		t.Fatalf("two starts in %q and %q, want two leaves of work", manyLeaf, oneLeaf)
+	}
+	usage := func(leaf string) int64 {
+		return keyed(filepath.Join(DefaultCgroupMount, leaf, "cpu.stat"), "usage_usec")
+	}
+	m0, o0 := usage(manyLeaf), usage(oneLeaf)
+	time.Sleep(3 * time.Second)
+	m1, o1 := usage(manyLeaf), usage(oneLeaf)
+	share := float64(o1-o0) / float64(m1-m0+o1-o0)
+	t.Logf("one busy loop beside twenty: %.0f%% of their CPU", share*100)
+	if share < 0.25 {
+		t.Errorf("one busy loop beside a command of twenty got %.0f%% of the CPU: it is shared by task, not by command", share*100)
+	}
+	syscall.Kill(one, syscall.SIGKILL)
+	<-oneDone
+	if _, err := os.Stat(filepath.Join(DefaultCgroupMount, oneLeaf)); !os.IsNotExist(err) {
+		t.Errorf("the leaf of an ended command is still there: %v", err)
+	}
+	// The shell's loops outlive it: its leaf stays until they go.
+	syscall.Kill(many, syscall.SIGKILL)
+	<-manyDone
+	if _, err := os.Stat(filepath.Join(DefaultCgroupMount, manyLeaf)); err != nil {
+		t.Errorf("the leaf still holding the loops is gone: %v", err)
+	}
+	write(filepath.Join(DefaultCgroupMount, manyLeaf, "cgroup.kill"), "1")
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		time.Sleep(leafSweepEvery)
+		// A later exit sweeps the pending leaves.
+		_, done, err := r.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		if _, err := os.Stat(filepath.Join(DefaultCgroupMount, manyLeaf)); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the emptied leaf %s is never swept", manyLeaf)
+		}
+	}
+	if n := c.leaves.count(); n != 0 {
+		t.Errorf("%d leaves left", n)
 	}
 }

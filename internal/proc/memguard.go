@@ -3,6 +3,7 @@ package proc
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -247,18 +248,33 @@ func (m *memoryGuard) kill(share float64) {
 // victim is the user process with the highest oom_score, as the kernel's
 // OOM killer would choose (0 if none).
 func (m *memoryGuard) victim() (pid, score int) {
-	for _, d := range []string{"work", "spare"} {
-		b, _ := os.ReadFile(filepath.Join(m.c.user, d, "cgroup.procs"))
-		for _, f := range strings.Fields(string(b)) {
-			p, _ := strconv.Atoi(f)
-			s, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score", p))
-			if err != nil {
-				continue
-			}
-			if n, _ := strconv.Atoi(strings.TrimSpace(string(s))); n > score || pid == 0 {
-				pid, score = p, n
-			}
+	for _, p := range cgroupPids(m.c.user) {
+		s, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score", p))
+		if err != nil {
+			continue
+		}
+		if n, _ := strconv.Atoi(strings.TrimSpace(string(s))); n > score || pid == 0 {
+			pid, score = p, n
 		}
 	}
 	return pid, score
+}
+
+// cgroupPids lists the processes of the cgroup dir and of every cgroup
+// below it (work's leaves, spare).
+func cgroupPids(dir string) []int {
+	var pids []int
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		b, _ := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+		for _, f := range strings.Fields(string(b)) {
+			if p, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, p)
+			}
+		}
+		return nil
+	})
+	return pids
 }

@@ -51,6 +51,9 @@ type isolation struct {
 	// work, if not -1, is the cgroup children are born in, spare the one
 	// they are born in when work is full, hooks the hooks' (cgroup.go).
 	work, spare, hooks int
+	// leaves, if not nil, makes each child a leaf of work of its own
+	// to be born in (leaves.go).
+	leaves *leaves
 	// ooms tells the OOM killer's victims apart (oomkill.go); nil: not
 	// known.
 	ooms *OOMKills
@@ -109,6 +112,9 @@ func (r *Reaper) Isolate(c *Cgroups, ooms *OOMKills) {
 	iso := &isolation{ooms: ooms}
 	iso.work, iso.spare = c.StartFDs()
 	iso.hooks = c.HooksFD()
+	if c.On() {
+		iso.leaves = c.leaves
+	}
 	r.iso.Store(iso)
 }
 
@@ -144,18 +150,28 @@ func (r *Reaper) Start(fork func() (int, error)) (int, <-chan Status, error) {
 // every short command several wake-ups.
 func (r *Reaper) ForkExec(path string, argv []string, attr *syscall.ProcAttr) (int, <-chan Status, error) {
 	iso := r.isolation()
-	return r.forkExecIn(iso.work, iso.spare, path, argv, attr)
+	return r.forkExecIn(iso.work, iso.leaves, iso.spare, path, argv, attr)
 }
 
 // ForkExecHook is ForkExec for a lifecycle hook: born in the hooks'
 // cgroup, which a fork bomb in user work cannot fill.
 func (r *Reaper) ForkExecHook(path string, argv []string, attr *syscall.ProcAttr) (int, <-chan Status, error) {
-	return r.forkExecIn(r.isolation().hooks, -1, path, argv, attr)
+	return r.forkExecIn(r.isolation().hooks, nil, -1, path, argv, attr)
 }
 
 // forkExecIn is ForkExec into the cgroup of directory descriptor cg (-1:
-// the agent's own), then spare (-1: none) if cg is at its pids.max.
-func (r *Reaper) forkExecIn(cg, spare int, path string, argv []string, attr *syscall.ProcAttr) (int, <-chan Status, error) {
+// the agent's own), or a new leaf of it if lv is not nil, then spare (-1:
+// none) if cg is at its pids.max.
+func (r *Reaper) forkExecIn(cg int, lv *leaves, spare int, path string, argv []string, attr *syscall.ProcAttr) (int, <-chan Status, error) {
+	leaf := ""
+	if lv != nil {
+		name, fd, err := lv.make()
+		if err != nil {
+			return 0, nil, err
+		}
+		defer unix.Close(fd)
+		leaf, cg = name, fd
+	}
 	a := *attr
 	var sys syscall.SysProcAttr
 	if attr.Sys != nil {
@@ -179,8 +195,20 @@ func (r *Reaper) forkExecIn(cg, spare int, path string, argv []string, attr *sys
 		if errors.Is(err, syscall.EAGAIN) && spare >= 0 {
 			// The user's work is at its pids.max (a fork bomb?): this
 			// start, likely the user's way out, takes the spare.
+			if leaf != "" {
+				lv.drop(leaf)
+				leaf = ""
+			}
 			sys.CgroupFD = spare
 			pid, err = syscall.ForkExec(path, argv, &a)
+		}
+		if leaf != "" {
+			if err != nil {
+				lv.drop(leaf)
+			} else {
+				// Before the reaper can see it exit: Start holds mu.
+				lv.started(pid, leaf)
+			}
 		}
 		return pid, err
 	})
@@ -352,6 +380,7 @@ func (r *Reaper) deliver(st Status) {
 	if !ok {
 		return
 	}
+	r.isolation().leaves.ended(st.Pid)
 	if ooms := r.isolation().ooms; ooms != nil && st.Wait.Signaled() && st.Wait.Signal() == syscall.SIGKILL {
 		// Not on the reaping path: the kernel's line may take a moment.
 		go func() {
