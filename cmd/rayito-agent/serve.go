@@ -593,8 +593,7 @@ func parseUserLimits(memMax, memHigh, pidsMax, cpuWeight, ioWeight string) (proc
 	if l.PidsMax < proc.MinUserPids {
 		return l, fmt.Errorf("--user-pids-max must be at least %d, got %q", proc.MinUserPids, pidsMax)
 	}
-	total, swap := proc.Memory()
-	return proc.UserLimitsFor(l, total, swap)
+	return proc.UserLimitsFor(l, proc.Memory())
 }
 
 // defaultAdminGroups are the groups that give the right to become root on

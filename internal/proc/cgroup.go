@@ -38,7 +38,9 @@ import (
 //	BASE/agent       the agent (cpu.weight 10000, io.weight 1000, memory.min)
 //	BASE/user        user work (memory.high, memory.max, pids.max, weights)
 //	BASE/user/work   where user processes start (pids.max: the user's less the spare)
-//	BASE/user/spare  where they start once work is full (pids.max: the spare)
+//	BASE/user/work/p-N  a leaf of each process started there (leaves.go)
+//	BASE/user/spare  where they start once work is full (pids.max: the spare,
+//	                 cpu.weight spareCPUWeight)
 //	BASE/hooks       the lifecycle hooks (pids.max HookPids, the user's
 //	                 memory.max): beside user work, not in it, so that a
 //	                 hook starts even while a fork bomb holds every pid
@@ -91,17 +93,29 @@ const DefaultUserPids = 4096
 // full: a tenth, from 8 (a shell, ps, kill and a few more) to 64.
 func SparePids(userPids int64) int64 { return min(max(userPids/10, 8), 64) }
 
-// UserLimitsFor fills in the zero limits for a machine with total bytes of
-// memory and swap bytes of swap: the agent keeps a reserve of an eighth
-// of the memory, at least 64 MiB; user work may use the rest
-// (memory.max). With swap it is throttled from 90% of that (memory.high),
+// MachineMemory is what the machine has: its memory and swap, and how
+// much of the memory was in use, not reclaimable, when the agent started
+// (MemTotal less MemAvailable: the kernel, init, the agent).
+type MachineMemory struct {
+	Total, Swap, InUse int64
+}
+
+// UserLimitsFor fills in the zero limits for a machine with memory m: the
+// agent keeps a reserve of what was in use at its start and an eighth of
+// the memory besides, at least 64 MiB; user work may use the rest
+// (memory.max). The memory in use counts: without it, in a 1 GiB VM
+// whose kernel and init held 140 MiB, user work at 838 MiB of its 896
+// left the machine 4 MiB, the page cache (the agent's own code among it)
+// was thrown out and read back a thousand pages a second, and /health
+// took seconds though user work had not met its limit. With swap it is throttled from 90% of that (memory.high),
 // where the kernel can page it out; without, memory.high is memory.max:
 // throttling memory that cannot be swapped only holds a runaway at the
 // limit, crawling, for as long as it runs (one sat there for minutes
 // instead of meeting the OOM killer). It refuses limits below their
 // floors or above the machine.
-func UserLimitsFor(l CgroupLimits, total, swap int64) (CgroupLimits, error) {
-	reserve := max(total/8, 64<<20)
+func UserLimitsFor(l CgroupLimits, m MachineMemory) (CgroupLimits, error) {
+	total, swap := m.Total, m.Swap
+	reserve := max(m.InUse, 0) + max(total/8, 64<<20)
 	if l.MemoryMax == 0 {
 		l.MemoryMax = max(total-reserve, MinUserMemory)
 	}
@@ -137,11 +151,12 @@ func UserLimitsFor(l CgroupLimits, total, swap int64) (CgroupLimits, error) {
 	return l, nil
 }
 
-// Memory is the machine's memory and swap in bytes (0 if unknown).
-func Memory() (total, swap int64) {
+// Memory is the machine's memory, swap and memory in use, in bytes (0
+// if unknown).
+func Memory() MachineMemory {
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {
-		return 0, 0
+		return MachineMemory{}
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -149,14 +164,21 @@ func Memory() (total, swap int64) {
 		n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 		return n << 10
 	}
+	var m MachineMemory
+	avail := int64(-1)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
-			total = kb(v)
+			m.Total = kb(v)
 		} else if v, ok := strings.CutPrefix(sc.Text(), "SwapTotal:"); ok {
-			swap = kb(v)
+			m.Swap = kb(v)
+		} else if v, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+			avail = kb(v)
 		}
 	}
-	return total, swap
+	if avail >= 0 {
+		m.InUse = m.Total - avail
+	}
+	return m
 }
 
 // Cgroups is the agent's cgroup layout, or why there is none.

@@ -17,15 +17,22 @@ import (
 )
 
 func TestUserLimitsFor(t *testing.T) {
-	l, err := UserLimitsFor(CgroupLimits{}, 512<<20, 0)
+	l, err := UserLimitsFor(CgroupLimits{}, MachineMemory{Total: 512 << 20})
 	if err != nil || l.MemoryMax != 448<<20 || l.MemoryHigh != l.MemoryMax || l.PidsMax != DefaultUserPids || l.CPUWeight != 100 || l.IOWeight != 100 {
 		t.Fatalf("defaults for 512 MiB without swap: %+v, %v", l, err)
 	}
-	if l, _ := UserLimitsFor(CgroupLimits{}, 512<<20, 1<<30); l.MemoryHigh != (448<<20)/10*9 {
+	if l, _ := UserLimitsFor(CgroupLimits{}, MachineMemory{Total: 512 << 20, Swap: 1 << 30}); l.MemoryHigh != (448<<20)/10*9 {
 		t.Fatalf("with swap, throttling starts at 90%%: %+v", l)
 	}
-	if l, _ := UserLimitsFor(CgroupLimits{}, 8<<30, 0); l.MemoryMax != 7<<30 {
+	if l, _ := UserLimitsFor(CgroupLimits{}, MachineMemory{Total: 8 << 30}); l.MemoryMax != 7<<30 {
 		t.Fatalf("defaults for 8 GiB: a reserve of an eighth, got max %d MiB", l.MemoryMax>>20)
+	}
+	// What the kernel and init held at the agent's start is reserved too.
+	if l, _ := UserLimitsFor(CgroupLimits{}, MachineMemory{Total: 1 << 30, InUse: 140 << 20}); l.MemoryMax != (1024-128-140)<<20 {
+		t.Fatalf("1 GiB with 140 MiB in use: max %d MiB, want %d", l.MemoryMax>>20, 1024-128-140)
+	}
+	if l, _ := UserLimitsFor(CgroupLimits{}, MachineMemory{Total: 256 << 20, InUse: 200 << 20}); l.MemoryMax != MinUserMemory {
+		t.Fatalf("a machine with little left: max %d MiB, want the floor", l.MemoryMax>>20)
 	}
 	for _, tc := range []struct {
 		l    CgroupLimits
@@ -38,7 +45,7 @@ func TestUserLimitsFor(t *testing.T) {
 		{CgroupLimits{CPUWeight: 20000}, "--user-cpu-weight"},
 		{CgroupLimits{IOWeight: -1}, "--user-io-weight"},
 	} {
-		if _, err := UserLimitsFor(tc.l, 512<<20, 0); err == nil || !strings.Contains(err.Error(), tc.flag) {
+		if _, err := UserLimitsFor(tc.l, MachineMemory{Total: 512 << 20}); err == nil || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.l, err, tc.flag)
 		}
 	}
@@ -47,7 +54,7 @@ func TestUserLimitsFor(t *testing.T) {
 // Where there is no usable cgroup v2 (this kind of machine has its
 // controllers on v1), isolation is off and says why; nothing fails.
 func TestCgroupsOffSayWhy(t *testing.T) {
-	l, _ := UserLimitsFor(CgroupLimits{}, 512<<20, 0)
+	l, _ := UserLimitsFor(CgroupLimits{}, MachineMemory{Total: 512 << 20})
 	for mount, why := range map[string]string{
 		t.TempDir(): "no cgroup v2 mounted",
 	} {

@@ -45,8 +45,7 @@ func cgroupV2Root(t *testing.T) string {
 // agent cgroup, and undoes it all at the end.
 func layoutForTest(t *testing.T, l CgroupLimits) *Cgroups {
 	mount := cgroupV2Root(t)
-	total, swap := Memory()
-	l, err := UserLimitsFor(l, total, swap)
+	l, err := UserLimitsFor(l, Memory())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,14 +22,17 @@ import (
 // 64 MiB, user work fully stalled on memory 47% of the time, its memory
 // never freed for the user's other programs). The memory guard ends that
 // as the OOM killer would have, as systemd-oomd does for a desktop: once
-// user work has been fully stalled on memory (memory.pressure's "full")
+// some of user work has been stalled on memory (memory.pressure's "some")
 // for a share of a whole span, it kills the user process with the highest
 // oom_score (the kernel's own choice of victim), and that process ends
-// oom_killed. Waiting costs nothing: the kernel wakes the guard (a PSI
+// oom_killed. "some", not "full": each command is a leaf with a CPU share
+// of its own (leaves.go), so busy loops beside a thrashing hog keep
+// running, and user work as a whole is never fully stalled; the hog
+// thrashed for minutes unkilled. Waiting costs nothing: the kernel wakes the guard (a PSI
 // trigger) only once stalls begin.
 
-// MemoryGuard says when the guard kills: fully stalled for at least Share
-// (0 to 1) of the last For. Off turns it off.
+// MemoryGuard says when the guard kills: some of user work stalled for at
+// least Share (0 to 1) of the last For. Off turns it off.
 type MemoryGuard struct {
 	Share float64
 	For   time.Duration
@@ -112,7 +115,7 @@ func (c *Cgroups) GuardMemory(g MemoryGuard, ooms *OOMKills, log *zap.Logger) er
 	// The trigger fires at half the kill's share in a 10 s window (the
 	// longest the kernel takes), so the sampling starts in time.
 	const window = 10 * time.Second
-	spec := fmt.Sprintf("full %d %d", int64(g.Share/2*float64(window/time.Microsecond)), window/time.Microsecond)
+	spec := fmt.Sprintf("some %d %d", int64(g.Share/2*float64(window/time.Microsecond)), window/time.Microsecond)
 	if _, err := unix.Write(trigger, append([]byte(spec), 0)); err != nil {
 		unix.Close(trigger)
 		return fmt.Errorf("the memory guard's trigger %q on %s: %w", spec, file, err)
@@ -162,13 +165,13 @@ func (m *memoryGuard) run() {
 	}
 }
 
-// stallSample is the cumulative full stall (µs) at a moment.
+// stallSample is the cumulative "some" stall (µs) at a moment.
 type stallSample struct {
 	at    time.Time
 	total int64
 }
 
-// sample reads the full stall every guardSample: it kills once the
+// sample reads the stall every guardSample: it kills once the
 // stalled share of the last For is at least Share, and returns when the
 // share of the last 10 s (For if shorter) fell below it, even if the
 // whole span's is still high: the stalls have eased (false when the guard
@@ -187,7 +190,7 @@ func (m *memoryGuard) sample() bool {
 			// victim's. Judge what comes after on its own.
 			kills, samples = k, nil
 		}
-		samples = append(samples, stallSample{now, pressureTotal(file, "full")})
+		samples = append(samples, stallSample{now, pressureTotal(file, "some")})
 		share := func(d time.Duration) (float64, bool) {
 			first := samples[0]
 			for _, s := range samples {
