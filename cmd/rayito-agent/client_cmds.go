@@ -43,6 +43,10 @@ func resumeCmd(args []string) int {
 	return runResume(args, os.Stdout, os.Stderr)
 }
 
+func runawayCmd(args []string) int {
+	return runRunaway(args, os.Stdout, os.Stderr)
+}
+
 // dialAgent connects to the agent at url with the token from
 // RAYITO_ACCESS_TOKEN.
 func dialAgent(url string) (*client.Client, error) {

@@ -30,6 +30,16 @@ output: if exec itself dies (killed, the connection lost), the command runs on
 and "rayito-agent attach --tag TAG" (or STREAM, or --pid) finds it again.
 With --detach, exec starts the command, prints its stream and pid (and tag),
 and returns at once; the command runs on, its output kept for attach.`
+	runawayNotes = `It measures the idle agent, then starts, through the native protocol and at the
+default priority, a Python memory hog (a 16 MiB bytearray every 10 ms), the
+shell's fork bomb (killed after 60 s) and eight busy loops, and for --for probes
+/health (5 s bound, as a host's check) and "exec echo ok" (10 s bound). It
+prints /health and exec p50/p99 idle and under the load, how the hog ended,
+and how soon the agent answered once the load was killed; it exits 1 if
+/health's p99 passed max(5 x idle p99, 100 ms) or 1 s, a probe failed, the
+hog was not oom_killed within 60 s, or the agent took over 1 s to answer
+after. The load is real: it refuses an agent whose user work has no cgroup of
+its own (/health's isolation is not "on"), as on a laptop; use a sandbox VM.`
 	attachNotes = `Ctrl-C or SIGTERM detaches and leaves the stream running (exit code 130);
 it sends the command nothing. A closed terminal ends attach the same way.
 To stop a command, signal it inside the sandbox or from the exec that
@@ -56,6 +66,7 @@ func commands() []command {
 		{"init", "[flags]", "configure the agent as a host does (POST /v1/init)", initCmd, ""},
 		{"pause", "[flags]", "tell the agent its VM is about to be paused, or with --abort that it is not (POST /v1/pause)", pauseCmd, ""},
 		{"resume", "[flags]", "tell the agent its VM was resumed (POST /v1/resume)", resumeCmd, ""},
+		{"runaway", "[flags]", "run a memory hog, a fork bomb and busy loops in the sandbox and see the agent keep answering", runawayCmd, runawayNotes},
 		{"version", "", "print the version", versionCmd, ""},
 	}
 }

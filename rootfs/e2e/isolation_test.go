@@ -18,6 +18,7 @@ import (
 	"github.com/rayito/rayito-agent/client"
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/process"
 	"github.com/rayito/rayito-agent/internal/envdapi/gen/process/processconnect"
+	"github.com/rayito/rayito-agent/internal/runaway"
 )
 
 // isolationPids is the user cgroup's pids.max in the isolation test's
@@ -133,22 +134,19 @@ func TestAgentStaysInCharge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The hogs. The bomb and the loops run at nice 19 so that on one
-	// emulated CPU the memory hog still reaches its limit in seconds:
-	// what is tested is that the agent stays in charge, not how the
-	// user's own processes share the user's CPU. The memory hog goes
-	// first, with the loops, and ends oom_killed; then the bomb, with
-	// the loops, reaches pids.max and stays there, trying again and
-	// again (a shell would give up at its first refused fork, or soon).
-	// The hog touches a byte of each page rather than filling them: on a
-	// tenth of an emulated CPU, zero-filling 400 MiB took minutes.
-	var loops []*client.Process
-	for range 8 {
-		l, err := c.Exec(ctx, client.ExecOptions{Argv: []string{"nice", "-n", "19", "sh", "-c", "while :; do :; done"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		loops = append(loops, l)
+	// The hogs, at the default priority (TestAgentKeepsItsFooting runs
+	// them all at once; here one after the other, to see each limit
+	// work). Each command is a CPU share of its own (a leaf of work), so
+	// the memory hog beside the loops gets half of the user's CPU and
+	// reaches its limit in seconds. It goes first, with the loops, and
+	// ends oom_killed; then the bomb, with the loops, reaches pids.max
+	// and stays there, trying again and again (a shell would give up at
+	// its first refused fork, or soon). The hog touches a byte of each
+	// page rather than filling them: zero-filling 400 MiB on an emulated
+	// CPU took minutes.
+	loops, err := c.Exec(ctx, client.ExecOptions{Argv: runaway.BusyLoops})
+	if err != nil {
+		t.Fatal(err)
 	}
 	hog, err := c.Exec(ctx, client.ExecOptions{Argv: []string{"python3", "-c",
 		"import mmap\na = []\nwhile True:\n    m = mmap.mmap(-1, 32 << 20)\n    for i in range(0, 32 << 20, 4096): m[i] = 1\n    a.append(m)"}})
@@ -162,7 +160,7 @@ func TestAgentStaysInCharge(t *testing.T) {
 		t.Errorf("the memory hog ended %+v, %v; want oom_killed", st, err)
 	}
 
-	bomb, err := c.Exec(ctx, client.ExecOptions{Argv: []string{"nice", "-n", "19", "python3", "-c", forkBomb}})
+	bomb, err := c.Exec(ctx, client.ExecOptions{Argv: []string{"python3", "-c", forkBomb}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,10 +199,8 @@ func TestAgentStaysInCharge(t *testing.T) {
 	if _, err := g.run(ctx, "sh", "-c", "kill -KILL "+strconv.Itoa(bomb.Pid())+"; pkill -KILL -x sleep; true"); err != nil {
 		t.Errorf("killing the bomb from a command: %v", err)
 	}
-	for _, l := range loops {
-		l.Signal(ctx, client.SIGKILL)
-	}
-	for i, l := range append(loops, bomb) {
+	loops.Signal(ctx, client.SIGKILL)
+	for i, l := range []*client.Process{loops, bomb} {
 		// Each ran until killed here: one that ended early did not press.
 		if st, err := l.Wait(ctx); err != nil || st.Signal != "SIGKILL" {
 			t.Errorf("hog %d ended %+v, %v; want killed by the test", i, st, err)
