@@ -28,15 +28,21 @@ func rootOnly(t *testing.T) {
 	}
 }
 
-// openTree makes a hooks root reachable by nobody: every directory from
-// the test's temporary one down is 0755 and root's.
-func openTree(t *testing.T) string {
+// openTree makes a hooks root reachable by nobody (every directory from
+// the test's temporary one down is 0755 and root's) and, in it, the file
+// "ran" anyone may append to, where marker scripts record their uid.
+func openTree(t *testing.T) (root, log string) {
 	t.Helper()
-	dir := t.TempDir()
-	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+	root = t.TempDir()
+	for d := root; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
 		os.Chmod(d, 0o755)
 	}
-	return dir
+	log = filepath.Join(root, "ran")
+	if err := os.WriteFile(log, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(log, 0o666)
+	return root, log
 }
 
 // asNobody runs a shell command as nobody and fails the test on error.
@@ -76,10 +82,7 @@ func uidsRun(t *testing.T, file string) []string {
 // as root (the old check followed it and took the target's owner).
 func TestHookSymlinkToARootProgramIsRefused(t *testing.T) {
 	rootOnly(t)
-	root := openTree(t)
-	log := filepath.Join(root, "ran")
-	os.WriteFile(log, nil, 0o666)
-	os.Chmod(log, 0o666)
+	root, log := openTree(t)
 	rootProg := filepath.Join(root, "root-program")
 	writeScript(t, rootProg, "id -u >> "+log, 0o755, 0)
 	d := filepath.Join(root, "pre-pause.d")
@@ -103,10 +106,7 @@ func TestHookSymlinkToARootProgramIsRefused(t *testing.T) {
 // hook of nobody's own runs as nobody, never as root.
 func TestHookSwapLoopNeverRunsAsRoot(t *testing.T) {
 	rootOnly(t)
-	root := openTree(t)
-	log := filepath.Join(root, "ran")
-	os.WriteFile(log, nil, 0o666)
-	os.Chmod(log, 0o666)
+	root, log := openTree(t)
 	rootProg := filepath.Join(root, "root-program")
 	writeScript(t, rootProg, "echo root-program-$(id -u) >> "+log, 0o755, 0)
 	d := filepath.Join(root, "post-resume.d")
@@ -146,10 +146,7 @@ func TestHookSwapLoopNeverRunsAsRoot(t *testing.T) {
 // runs, and each is refused naming the root.
 func TestHooksRootWritableByOthersIsRefused(t *testing.T) {
 	rootOnly(t)
-	root := openTree(t)
-	log := filepath.Join(root, "ran")
-	os.WriteFile(log, nil, 0o666)
-	os.Chmod(log, 0o666)
+	root, log := openTree(t)
 	hooks := filepath.Join(root, "hooks")
 	os.Mkdir(hooks, 0o755)
 	d := filepath.Join(hooks, "post-resume.d")
@@ -183,10 +180,7 @@ func TestHooksRootWritableByOthersIsRefused(t *testing.T) {
 // member but root may write.
 func TestGroupWritableHooksAreRefused(t *testing.T) {
 	rootOnly(t)
-	root := openTree(t)
-	log := filepath.Join(root, "ran")
-	os.WriteFile(log, nil, 0o666)
-	os.Chmod(log, 0o666)
+	root, log := openTree(t)
 	d := filepath.Join(root, "post-resume.d")
 	os.Mkdir(d, 0o755)
 	hook := filepath.Join(d, "10-hook")
