@@ -86,29 +86,9 @@ func TestShutdownByInode(t *testing.T) {
 // itself leaves alone) with its addresses and inode, and SOCK_DESTROY
 // resets it: its owner's read fails at once.
 func TestDumpAndDestroyTCP(t *testing.T) {
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	conn, err := net.Dial("tcp4", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	peer, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	l, conn, _, nl := loopbackConn(t)
 	local := netip.MustParseAddrPort(conn.LocalAddr().String())
 	remote := netip.MustParseAddrPort(conn.RemoteAddr().String())
-
-	nl, err := netlink.Dial(unix.NETLINK_SOCK_DIAG)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nl.Close()
 	socks, err := dumpTCP(nl, unix.AF_INET)
 	if err != nil {
 		t.Fatal(err)
@@ -228,25 +208,7 @@ func TestResetLeavesTheGuestsOwnAddresses(t *testing.T) {
 // dump and its reset (here, both ends of a connection one of which was
 // reset just before) is neither reported reset nor an error.
 func TestResetOfAGoneSocketIsNoError(t *testing.T) {
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	conn, err := net.Dial("tcp4", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	nl, err := netlink.Dial(unix.NETLINK_SOCK_DIAG)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nl.Close()
+	_, conn, peer, nl := loopbackConn(t)
 	socks, err := dumpTCP(nl, unix.AF_INET)
 	if err != nil {
 		t.Fatal(err)
@@ -268,4 +230,28 @@ func TestResetOfAGoneSocketIsNoError(t *testing.T) {
 	if err != nil || len(reset) != 0 {
 		t.Fatalf("resetting two sockets already gone: reset %v, error %v", reset, err)
 	}
+}
+
+// loopbackConn is a TCP connection on 127.0.0.1 (its listener, both ends)
+// and a sock_diag socket, all closed when the test ends.
+func loopbackConn(t *testing.T) (l net.Listener, conn, peer net.Conn, nl *netlink.Conn) {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if conn, err = net.Dial("tcp4", l.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if peer, err = l.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peer.Close() })
+	if nl, err = netlink.Dial(unix.NETLINK_SOCK_DIAG); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nl.Close() })
+	return l, conn, peer, nl
 }
