@@ -366,12 +366,14 @@ func TestCgroupV2Leaves(t *testing.T) {
 	}
 	syscall.Kill(one, syscall.SIGKILL)
 	<-oneDone
+	c.leaves.removing.Wait() // the removal runs after the exit's news
 	if _, err := os.Stat(filepath.Join(DefaultCgroupMount, oneLeaf)); !os.IsNotExist(err) {
 		t.Errorf("the leaf of an ended command is still there: %v", err)
 	}
 	// The shell's loops outlive it: its leaf stays until they go.
 	syscall.Kill(many, syscall.SIGKILL)
 	<-manyDone
+	c.leaves.removing.Wait()
 	if _, err := os.Stat(filepath.Join(DefaultCgroupMount, manyLeaf)); err != nil {
 		t.Errorf("the leaf still holding the loops is gone: %v", err)
 	}
@@ -384,6 +386,7 @@ func TestCgroupV2Leaves(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-done
+		c.leaves.removing.Wait()
 		if _, err := os.Stat(filepath.Join(DefaultCgroupMount, manyLeaf)); os.IsNotExist(err) {
 			break
 		}

@@ -37,6 +37,9 @@ type leaves struct {
 	fd  int    // work's directory descriptor, for mkdirat and unlinkat
 	seq atomic.Uint64
 
+	// removing counts the removals under way (ended), which close waits for.
+	removing sync.WaitGroup
+
 	mu      sync.Mutex
 	byPid   map[int]string      // the leaf of each running process started in one
 	pending map[string]struct{} // leaves whose process ended, still populated
@@ -83,7 +86,11 @@ func newLeaves(dir string) (*leaves, error) {
 }
 
 func (l *leaves) close() {
-	if l != nil && l.fd >= 0 {
+	if l == nil {
+		return
+	}
+	l.removing.Wait()
+	if l.fd >= 0 {
 		unix.Close(l.fd)
 		l.fd = -1
 	}
@@ -115,24 +122,32 @@ func (l *leaves) started(pid int, name string) {
 func (l *leaves) drop(name string) { unix.Unlinkat(l.fd, name, unix.AT_REMOVEDIR) }
 
 // ended removes the leaf of pid, which exited, if it is empty; one still
-// holding what pid left running is tried again later.
+// holding what pid left running is tried again later. The removal runs
+// on a goroutine of its own: the rmdir (a cgroup's teardown) is not on
+// the path of the exit's news to its waiter, nor under the reaper's lock.
 func (l *leaves) ended(pid int) {
 	if l == nil {
 		return
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	name, ok := l.byPid[pid]
+	delete(l.byPid, pid)
+	l.mu.Unlock()
 	if !ok {
 		return
 	}
-	delete(l.byPid, pid)
-	if unix.Unlinkat(l.fd, name, unix.AT_REMOVEDIR) != nil {
-		l.pending[name] = struct{}{}
-	}
-	if len(l.pending) > 0 && time.Since(l.swept) >= leafSweepEvery {
-		l.sweepLocked()
-	}
+	l.removing.Add(1)
+	go func() {
+		defer l.removing.Done()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if unix.Unlinkat(l.fd, name, unix.AT_REMOVEDIR) != nil {
+			l.pending[name] = struct{}{}
+		}
+		if len(l.pending) > 0 && time.Since(l.swept) >= leafSweepEvery {
+			l.sweepLocked()
+		}
+	}()
 }
 
 // sweepLocked removes the pending leaves that are empty now.
@@ -146,8 +161,10 @@ func (l *leaves) sweepLocked() {
 	}
 }
 
-// count is how many leaves there are, running and pending (tests).
+// count is how many leaves there are, running and pending, once the
+// removals under way are done (tests).
 func (l *leaves) count() int {
+	l.removing.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.byPid) + len(l.pending)
