@@ -45,6 +45,19 @@ func openTree(t *testing.T) (root, log string) {
 	return root, log
 }
 
+// nobodysDir makes root/name, a 0755 directory nobody owns.
+func nobodysDir(t *testing.T, root, name string) string {
+	t.Helper()
+	d := filepath.Join(root, name)
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(d, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // asNobody runs a shell command as nobody and fails the test on error.
 func asNobody(t *testing.T, script string) {
 	t.Helper()
@@ -85,9 +98,7 @@ func TestHookSymlinkToARootProgramIsRefused(t *testing.T) {
 	root, log := openTree(t)
 	rootProg := filepath.Join(root, "root-program")
 	writeScript(t, rootProg, "id -u >> "+log, 0o755, 0)
-	d := filepath.Join(root, "pre-pause.d")
-	os.Mkdir(d, 0o755)
-	os.Chown(d, nobody, nobody)
+	d := nobodysDir(t, root, "pre-pause.d")
 	asNobody(t, "ln -s "+rootProg+" "+d+"/20-link")
 	rs := (&Hooks{Dir: root, Spawn: spawnForTest}).Run(context.Background(), HookPrePause, HookEnv{}, nil)
 	if ran := uidsRun(t, log); len(ran) != 0 {
@@ -109,9 +120,7 @@ func TestHookSwapLoopNeverRunsAsRoot(t *testing.T) {
 	root, log := openTree(t)
 	rootProg := filepath.Join(root, "root-program")
 	writeScript(t, rootProg, "echo root-program-$(id -u) >> "+log, 0o755, 0)
-	d := filepath.Join(root, "post-resume.d")
-	os.Mkdir(d, 0o755)
-	os.Chown(d, nobody, nobody)
+	d := nobodysDir(t, root, "post-resume.d")
 	mine := filepath.Join(d, "mine")
 	writeScript(t, mine, "echo nobody-script-$(id -u) >> "+log, 0o755, nobody)
 	stop := filepath.Join(root, "stop")
