@@ -86,7 +86,9 @@ func TestOpIDRepeatRunsACellAbandonedBeforeItRan(t *testing.T) {
 }
 
 // pyQuote is s as a Python string literal.
-func pyQuote(s string) string { return "'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), "'", `\'`) + "'" }
+func pyQuote(s string) string {
+	return "'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), "'", `\'`) + "'"
+}
 
 // The outcome of a request whose stream still runs is kept for as long
 // as the stream, past the time an answered outcome is kept: a repeat of a
