@@ -76,6 +76,9 @@ func (d dirFD) mkdirAt(name string, perm fs.FileMode, owner *User) error {
 	if owner == nil {
 		return nil
 	}
+	if afterMkdirAt != nil {
+		afterMkdirAt(d, name)
+	}
 	fd, err := unix.Openat(int(d), name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -83,6 +86,10 @@ func (d dirFD) mkdirAt(name string, perm fs.FileMode, owner *User) error {
 	defer unix.Close(fd)
 	return unix.Fchownat(fd, "", int(owner.UID), int(owner.GID), unix.AT_EMPTY_PATH)
 }
+
+// afterMkdirAt, when set (tests only), runs between mkdirAt's two steps:
+// where a program racing the agent would swap the new name.
+var afterMkdirAt func(d dirFD, name string)
 
 // mkdirAll opens the directory at dir, creating the missing ones on the
 // way (perm less the umask) as mkdir -p does, each given to owner (nil:
