@@ -255,3 +255,33 @@ func loopbackConn(t *testing.T) (l net.Listener, conn, peer net.Conn, nl *netlin
 	t.Cleanup(func() { nl.Close() })
 	return l, conn, peer, nl
 }
+
+// TestLocalTellsTheMachineFromOthers: the reset's filter keeps what
+// lives and dies with the guest (loopback, the socket's own address, any
+// address of the machine, in either family's spelling) and nothing else.
+func TestLocalTellsTheMachineFromOthers(t *testing.T) {
+	own := map[netip.Addr]bool{netip.MustParseAddr("10.0.2.15"): true, netip.MustParseAddr("fd00::15"): true}
+	conn := func(local, remote string) tcpSock {
+		return tcpSock{local: netip.MustParseAddrPort(local), remote: netip.MustParseAddrPort(remote)}
+	}
+	for _, c := range []struct {
+		s    tcpSock
+		keep bool
+		what string
+	}{
+		{conn("127.0.0.1:5432", "127.0.0.1:40000"), true, "loopback"},
+		{conn("[::1]:5432", "[::1]:40000"), true, "IPv6 loopback"},
+		{conn("10.0.2.15:40000", "10.0.2.15:5432"), true, "the guest's own address, to its own database"},
+		{conn("[::ffff:10.0.2.15]:40000", "[::ffff:10.0.2.15]:5432"), true, "the same, IPv4-mapped"},
+		{conn("172.17.0.1:40000", "10.0.2.15:5432"), true, "another of the guest's addresses"},
+		{conn("[fd00::16]:40000", "[fd00::15]:5432"), true, "an IPv6 address of the guest"},
+		{conn("10.0.2.15:40000", "93.184.216.34:443"), false, "a server elsewhere"},
+		{conn("10.0.2.15:49983", "10.0.2.2:51000"), false, "the host's gateway"},
+		{conn("[fd00::15]:40000", "[2606:4700::1]:443"), false, "a server elsewhere, IPv6"},
+		{conn("[::ffff:10.0.2.15]:40000", "[::ffff:93.184.216.34]:443"), false, "a server elsewhere, IPv4-mapped"},
+	} {
+		if got := local(c.s, own); got != c.keep {
+			t.Errorf("%s (%s to %s): local %v, want %v", c.what, c.s.local, c.s.remote, got, c.keep)
+		}
+	}
+}
