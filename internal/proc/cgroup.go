@@ -329,27 +329,7 @@ func (c *Cgroups) setup(mount, name string) error {
 	if err := enable(c.user, userControllers...); err != nil {
 		return fmt.Errorf("enabling %s in %s (another process in it?): %w", strings.Join(userControllers, ", "), c.user, err)
 	}
-	l := c.Limits
-	spare := SparePids(l.PidsMax)
-	sets := []struct {
-		file, value string
-		optional    bool
-	}{
-		{filepath.Join(c.user, "memory.max"), strconv.FormatInt(l.MemoryMax, 10), false},
-		{filepath.Join(c.user, "memory.high"), strconv.FormatInt(l.MemoryHigh, 10), false},
-		{filepath.Join(c.user, "pids.max"), strconv.FormatInt(l.PidsMax, 10), false},
-		{filepath.Join(c.user, "work", "pids.max"), strconv.FormatInt(l.PidsMax-spare, 10), false},
-		{filepath.Join(c.user, "spare", "pids.max"), strconv.FormatInt(spare, 10), false},
-		{filepath.Join(c.hooks, "pids.max"), strconv.Itoa(HookPids), false},
-		{filepath.Join(c.hooks, "memory.max"), strconv.FormatInt(l.MemoryMax, 10), false},
-		{filepath.Join(c.agent, "memory.min"), strconv.Itoa(agentMemoryMin), true},
-		{filepath.Join(c.user, "cpu.weight"), strconv.Itoa(l.CPUWeight), true},
-		{filepath.Join(c.agent, "cpu.weight"), strconv.Itoa(agentCPUWeight), true},
-		{filepath.Join(c.user, "io.weight"), "default " + strconv.Itoa(l.IOWeight), true},
-		{filepath.Join(c.user, "spare", "cpu.weight"), strconv.Itoa(spareCPUWeight), true},
-		{filepath.Join(c.agent, "io.weight"), "default " + strconv.Itoa(agentIOWeight), true},
-	}
-	for _, s := range sets {
+	for _, s := range c.limitFiles() {
 		if _, err := os.Stat(s.file); err != nil && s.optional {
 			continue
 		}
@@ -377,6 +357,37 @@ func (c *Cgroups) setup(mount, name string) error {
 		c.LeavesOff = err.Error()
 	}
 	return nil
+}
+
+// limitFile is one value the layout writes: optional where its
+// controller may be missing.
+type limitFile struct {
+	file, value string
+	optional    bool
+}
+
+// limitFiles is what the layout writes into its limit files, from
+// c.Limits: the user's memory and tasks, split between work and the
+// spare (which keeps SparePids for starts once work is full), the
+// hooks' bounds, and the weights that put the agent first.
+func (c *Cgroups) limitFiles() []limitFile {
+	l := c.Limits
+	spare := SparePids(l.PidsMax)
+	return []limitFile{
+		{filepath.Join(c.user, "memory.max"), strconv.FormatInt(l.MemoryMax, 10), false},
+		{filepath.Join(c.user, "memory.high"), strconv.FormatInt(l.MemoryHigh, 10), false},
+		{filepath.Join(c.user, "pids.max"), strconv.FormatInt(l.PidsMax, 10), false},
+		{filepath.Join(c.user, "work", "pids.max"), strconv.FormatInt(l.PidsMax-spare, 10), false},
+		{filepath.Join(c.user, "spare", "pids.max"), strconv.FormatInt(spare, 10), false},
+		{filepath.Join(c.hooks, "pids.max"), strconv.Itoa(HookPids), false},
+		{filepath.Join(c.hooks, "memory.max"), strconv.FormatInt(l.MemoryMax, 10), false},
+		{filepath.Join(c.agent, "memory.min"), strconv.Itoa(agentMemoryMin), true},
+		{filepath.Join(c.user, "cpu.weight"), strconv.Itoa(l.CPUWeight), true},
+		{filepath.Join(c.agent, "cpu.weight"), strconv.Itoa(agentCPUWeight), true},
+		{filepath.Join(c.user, "io.weight"), "default " + strconv.Itoa(l.IOWeight), true},
+		{filepath.Join(c.user, "spare", "cpu.weight"), strconv.Itoa(spareCPUWeight), true},
+		{filepath.Join(c.agent, "io.weight"), "default " + strconv.Itoa(agentIOWeight), true},
+	}
 }
 
 // ownCgroup is the agent's cgroup v2 path ("/" for the root).
