@@ -136,6 +136,11 @@ func syncFilesystems(fss []filesystem) (string, error) {
 	return "synced " + dirs(fss), errors.Join(errs...)
 }
 
+// fsIoctl issues FIFREEZE and FITHAW; tests record the calls instead, so
+// the order of a pause's steps can be checked without freezing the
+// machine's own disks.
+var fsIoctl = unix.IoctlSetInt
+
 // frozenFS is a filesystem FIFREEZE froze, held open to thaw it.
 type frozenFS struct {
 	dir string
@@ -153,7 +158,7 @@ func freezeFilesystems(fss []filesystem) ([]frozenFS, string, error) {
 	for _, f := range slices.Backward(fss) {
 		fd, err := unix.Open(f.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err == nil {
-			if err = unix.IoctlSetInt(fd, ioctlFIFREEZE, 0); err != nil {
+			if err = fsIoctl(fd, ioctlFIFREEZE, 0); err != nil {
 				unix.Close(fd)
 			}
 		}
@@ -175,7 +180,7 @@ func thawFilesystems(frozen []frozenFS) (string, error) {
 	var errs []error
 	var names []string
 	for _, f := range slices.Backward(frozen) {
-		if err := unix.IoctlSetInt(f.fd, ioctlFITHAW, 0); err != nil {
+		if err := fsIoctl(f.fd, ioctlFITHAW, 0); err != nil {
 			errs = append(errs, fmt.Errorf("FITHAW %s: %w", f.dir, err))
 		} else {
 			names = append(names, f.dir)
