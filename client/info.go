@@ -61,17 +61,20 @@ type Health struct {
 // Isolation is the user cgroup's state: on, with what user work uses, or
 // off and why.
 type Isolation struct {
-	State         string  `json:"state"` // "on" or "off"
-	Reason        string  `json:"reason"`
-	MemoryCurrent int64   `json:"memory_current"`
-	MemoryPeak    int64   `json:"memory_peak"`
-	MemoryMax     int64   `json:"memory_max"`
-	MemoryHigh    int64   `json:"memory_high"`
-	Tasks         int64   `json:"tasks"`
-	TasksMax      int64   `json:"tasks_max"`
-	OOMKills      int64   `json:"oom_kills"`
-	ForkRefusals  int64   `json:"fork_refusals"`
-	CPUPressure   float64 `json:"cpu_pressure_avg10"`
+	State         string `json:"state"` // "on" or "off"
+	Reason        string `json:"reason"`
+	MemoryCurrent int64  `json:"memory_current"`
+	MemoryPeak    int64  `json:"memory_peak"`
+	MemoryMax     int64  `json:"memory_max"`
+	MemoryHigh    int64  `json:"memory_high"`
+	Tasks         int64  `json:"tasks"`
+	TasksMax      int64  `json:"tasks_max"`
+	OOMKills      int64  `json:"oom_kills"`
+	// RunawayKills counts the commands the agent's process guard killed
+	// for holding too many processes (a fork bomb).
+	RunawayKills int64   `json:"runaway_kills"`
+	ForkRefusals int64   `json:"fork_refusals"`
+	CPUPressure  float64 `json:"cpu_pressure_avg10"`
 }
 
 // LastResume describes the agent's most recent resume sequence.

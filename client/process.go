@@ -195,9 +195,9 @@ func (h *handle) waitExit(ctx context.Context) (ExitStatus, error) {
 	}
 	switch end.Reason {
 	case ReasonExit:
-		return ExitStatus{Code: end.ExitCode, Signal: Signal(end.Signal)}, nil
+		return ExitStatus{Code: end.ExitCode, Signal: Signal(end.Signal), Message: end.Message}, nil
 	case ReasonOOMKilled:
-		return ExitStatus{Signal: Signal(end.Signal), OOMKilled: true}, nil
+		return ExitStatus{Signal: Signal(end.Signal), OOMKilled: true, Message: end.Message}, nil
 	case ReasonError:
 		return ExitStatus{}, fmt.Errorf("%w: %s", ErrStreamFailed, end.Message)
 	}
@@ -227,6 +227,11 @@ type ExitStatus struct {
 	// user work reached its memory limit), or the agent's memory guard
 	// did (user work thrashed at that limit).
 	OOMKilled bool
+	// Message says why the agent or the kernel ended the process, where
+	// one of them did: the OOM killer, or the agent's process guard
+	// ("killed by the agent's process guard: the command had N
+	// processes, more than M").
+	Message string
 }
 
 // ExitCode returns the exit code as a shell reports it: the code, or 128

@@ -80,6 +80,8 @@ type config struct {
 	userLimits   proc.CgroupLimits
 	// memoryGuard is --user-memory-guard (proc.MemoryGuard).
 	memoryGuard proc.MemoryGuard
+	// processGuard is --user-process-guard (proc.ProcessGuard).
+	processGuard proc.ProcessGuard
 	// lifecycle: hooks, the lifecycle file, stale connections.
 	lifecycle lifecycleConfig
 }
@@ -179,6 +181,8 @@ func parseServe(args []string) (config, error) {
 	fs.StringVar(&ioWeight, "user-io-weight", ioWeight, "user work's IO weight, 1 to 10000, against the agent's 1000 (env RAYITO_USER_IO_WEIGHT)")
 	guardFlag := envOr("RAYITO_USER_MEMORY_GUARD", proc.DefaultMemoryGuard.String())
 	fs.StringVar(&guardFlag, "user-memory-guard", guardFlag, "kill the user process with the highest oom_score once user work has been fully stalled on memory (thrashing at its limit, which the kernel's OOM killer leaves alone) for SHARE of SPAN, such as 40%/30s; off: never (env RAYITO_USER_MEMORY_GUARD)")
+	pguardFlag := envOr("RAYITO_USER_PROCESS_GUARD", proc.DefaultProcessGuard.String())
+	fs.StringVar(&pguardFlag, "user-process-guard", pguardFlag, "kill a command, with everything it started, once it holds more than this many processes (a fork bomb: past a few hundred, their forks and exits queue every other exec in the sandbox behind them); off: never (env RAYITO_USER_PROCESS_GUARD)")
 	originsFlag := envOr("RAYITO_ALLOWED_ORIGINS", "*")
 	fs.StringVar(&originsFlag, "allowed-origins", originsFlag, "web pages that may call the agent from a browser (CORS and websocket origins): * for any, as envd, or a comma list such as https://ide.example.com; every call still needs the token (env RAYITO_ALLOWED_ORIGINS)")
 	c.lifecycle.register(fs)
@@ -206,6 +210,9 @@ func parseServe(args []string) (config, error) {
 	c.userLimits = limits
 	if c.memoryGuard, err = proc.ParseMemoryGuard(guardFlag); err != nil {
 		return c, fmt.Errorf("--user-memory-guard %w", err)
+	}
+	if c.processGuard, err = proc.ParseProcessGuard(pguardFlag); err != nil {
+		return c, fmt.Errorf("--user-process-guard %w", err)
 	}
 	c.listen = listens.list
 	if len(c.listen) == 0 {
@@ -464,6 +471,7 @@ func isolate(cfg config, log *zap.Logger, reaper *proc.Reaper) (*proc.Cgroups, *
 	if err := cgroups.GuardMemory(cfg.memoryGuard, ooms, log.Named("memguard")); err != nil {
 		log.Info("no memory guard: user work thrashing at its memory limit crawls there until it ends", zap.Error(err))
 	}
+	cgroups.GuardProcesses(cfg.processGuard, log.Named("procguard"))
 	return cgroups, ooms
 }
 

@@ -203,6 +203,10 @@ type Cgroups struct {
 	// guardKills counts its kills.
 	guard      *memoryGuard
 	guardKills atomic.Int64
+	// pguard, if running, kills runaway commands (procguard.go);
+	// runawayKills counts its kills.
+	pguard       *processGuard
+	runawayKills atomic.Int64
 }
 
 // SetupCgroups makes the layout under mount (DefaultCgroupMount) and
@@ -229,6 +233,10 @@ func (c *Cgroups) Close() {
 	if c.guard != nil {
 		c.guard.close()
 		c.guard = nil
+	}
+	if c.pguard != nil {
+		c.pguard.close()
+		c.pguard = nil
 	}
 	c.leaves.close()
 	for _, fd := range []*int{&c.workFD, &c.spareFD, &c.hooksFD} {

@@ -18,7 +18,10 @@ type CgroupStats struct {
 	TasksMax      int64 `json:"tasks_max"`
 	// OOMKills counts processes the OOM killer ended in the user cgroup;
 	// ForkRefusals forks refused at pids.max.
-	OOMKills     int64 `json:"oom_kills"`
+	OOMKills int64 `json:"oom_kills"`
+	// RunawayKills counts commands the process guard killed for having
+	// too many processes (procguard.go).
+	RunawayKills int64 `json:"runaway_kills"`
 	ForkRefusals int64 `json:"fork_refusals"`
 	// CPUPressure is the share of the last 10 s in which some user task
 	// waited for a CPU (cpu.pressure's some avg10), in percent.
@@ -57,6 +60,7 @@ func (c *Cgroups) Stats() CgroupStats {
 	st.Tasks = readInt(filepath.Join(c.user, "pids.current"))
 	// The kernel's kills and the memory guard's (memguard.go).
 	st.OOMKills = keyed(filepath.Join(c.user, "memory.events"), "oom_kill") + c.guardKills.Load()
+	st.RunawayKills = c.runawayKills.Load()
 	// A refused fork is counted where it was tried (pids.events is not
 	// hierarchical before Linux 6.13): in work or in spare.
 	for _, d := range []string{"", "work", "spare"} {

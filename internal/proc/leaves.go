@@ -43,6 +43,7 @@ type leaves struct {
 	mu      sync.Mutex
 	byPid   map[int]string      // the leaf of each running process started in one
 	pending map[string]struct{} // leaves whose process ended, still populated
+	killed  map[string]string   // why the process guard killed a leaf (procguard.go)
 	swept   time.Time
 }
 
@@ -55,7 +56,7 @@ func newLeaves(dir string) (*leaves, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &leaves{dir: dir, fd: fd, byPid: map[int]string{}, pending: map[string]struct{}{}}
+	l := &leaves{dir: dir, fd: fd, byPid: map[int]string{}, pending: map[string]struct{}{}, killed: map[string]string{}}
 	if b, err := os.ReadFile(dir + "/cgroup.procs"); err == nil && len(strings.TrimSpace(string(b))) > 0 {
 		name := leafPrefix + "adopted"
 		if err := unix.Mkdirat(fd, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
@@ -121,20 +122,31 @@ func (l *leaves) started(pid int, name string) {
 // drop removes a leaf no process was born in (the fork failed).
 func (l *leaves) drop(name string) { unix.Unlinkat(l.fd, name, unix.AT_REMOVEDIR) }
 
+// markKilled records why the process guard killed leaf name, for the
+// end of the process started in it.
+func (l *leaves) markKilled(name, why string) {
+	l.mu.Lock()
+	l.killed[name] = why
+	l.mu.Unlock()
+}
+
 // ended removes the leaf of pid, which exited, if it is empty; one still
 // holding what pid left running is tried again later. The removal runs
 // on a goroutine of its own: the rmdir (a cgroup's teardown) is not on
 // the path of the exit's news to its waiter, nor under the reaper's lock.
-func (l *leaves) ended(pid int) {
+// It returns why the process guard killed the leaf, if it did.
+func (l *leaves) ended(pid int) (killedBy string) {
 	if l == nil {
-		return
+		return ""
 	}
 	l.mu.Lock()
 	name, ok := l.byPid[pid]
 	delete(l.byPid, pid)
+	killedBy = l.killed[name]
+	delete(l.killed, name)
 	l.mu.Unlock()
 	if !ok {
-		return
+		return ""
 	}
 	l.removing.Add(1)
 	go func() {
@@ -148,6 +160,7 @@ func (l *leaves) ended(pid int) {
 			l.sweepLocked()
 		}
 	}()
+	return killedBy
 }
 
 // sweepLocked removes the pending leaves that are empty now.

@@ -183,6 +183,7 @@ func ExitEnd(st Status) stream.End {
 		return stream.End{Reason: stream.ReasonOOMKilled, Signal: "SIGKILL",
 			Message: "killed by the kernel's OOM killer: the sandbox's user work reached its memory limit"}
 	}
+	e.Message = st.KilledBy
 	if st.Wait.Signaled() {
 		e.Signal = SignalName(st.Wait.Signal())
 	} else {

@@ -74,6 +74,9 @@ type Status struct {
 	Rusage unix.Rusage
 	// OOMKilled: the kernel's OOM killer sent the SIGKILL.
 	OOMKilled bool
+	// KilledBy says why the agent's process guard killed the process
+	// (procguard.go), if it did.
+	KilledBy string
 }
 
 // ExitCode returns the exit code, or -1 if the process was killed by a signal.
@@ -380,7 +383,7 @@ func (r *Reaper) deliver(st Status) {
 	if !ok {
 		return
 	}
-	r.isolation().leaves.ended(st.Pid)
+	st.KilledBy = r.isolation().leaves.ended(st.Pid)
 	if ooms := r.isolation().ooms; ooms != nil && st.Wait.Signaled() && st.Wait.Signal() == syscall.SIGKILL {
 		// Not on the reaping path: the kernel's line may take a moment.
 		go func() {
