@@ -59,7 +59,10 @@ func newMachine(cfg Config, accel Accel) (machine, error) {
 		}
 		*f.out = abs
 	}
-	args := []string{"console=ttyS0", "root=/dev/vda", "rw", "panic=-1", "loglevel=4"}
+	// preempt=full: a kernel path that runs long (a memory hog reclaiming
+	// at its limit) yields to the agent at once rather than at its next
+	// preemption point (operations.md, "Kernel command line").
+	args := []string{"console=ttyS0", "root=/dev/vda", "rw", "panic=-1", "loglevel=4", "preempt=full"}
 	if cfg.Init != "" {
 		args = append(args, "init="+cfg.Init)
 	}
