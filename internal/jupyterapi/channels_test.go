@@ -375,12 +375,20 @@ func TestReconnectReplacesStaleWebsocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out string
-	for _, m := range w.until(isReply(id, "execute_reply")) {
+	stream := func(m msg) {
 		if m.parentID() == id && m.msgType() == "stream" {
 			var c struct{ Text string }
 			json.Unmarshal(m.Content, &c)
 			out += c.Text
 		}
+	}
+	for _, m := range w.until(isReply(id, "execute_reply")) {
+		stream(m)
+	}
+	// The reply (shell) and the output (iopub) come on sockets of their
+	// own, in no fixed order: the output may come after the reply.
+	for !strings.Contains(out, "late") {
+		stream(w.next())
 	}
 	if out != "late\n" {
 		t.Fatalf("the new websocket got stdout %q of the cell sent on the old one", out)
