@@ -101,7 +101,7 @@ func TestFreezeCutOffIsThawed(t *testing.T) {
 	m := journaled(j, false, Options{})
 	m.o.UserWork = freezeStuck{j}
 	req := pauseReq()
-	req.Deadline = 100 * time.Millisecond
+	req.Deadline = 300 * time.Millisecond
 	a, err := m.Pause(context.Background(), req)
 	if err != nil || !a.DeadlinePassed {
 		t.Fatalf("past the deadline: %+v, %v", a, err)

@@ -19,7 +19,7 @@ func TestTimedOutHookDiesWithItsChildren(t *testing.T) {
 	dir := hookTree(t, HookPrePause, map[string]string{
 		"1-flush": "sleep 600 & echo $! > " + pidFile + "; wait",
 	})
-	h := &Hooks{Dir: dir, Timeout: time.Second, Spawn: spawnForTest}
+	h := &Hooks{Dir: dir, Timeout: 2 * time.Second, Spawn: spawnForTest}
 	rs := h.Run(context.Background(), HookPrePause, HookEnv{}, nil)
 	if len(rs) != 1 || !rs[0].TimedOut {
 		t.Fatalf("results: %+v, want the hook timed out", rs)

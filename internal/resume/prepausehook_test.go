@@ -8,16 +8,17 @@ import (
 	"time"
 )
 
-// TestPrePauseHookOutlivesThePauseDeadline: a pre-pause hook is bounded
+// TestPrePauseHookOutlivesThePauseDeadline: a pre-pause hook (a 1 s flush,
+// its own timeout 5 s, the pause's deadline 300 ms) is bounded
 // by its own timeout, not by the pause's deadline. The answer at the
 // deadline says it still runs; it finishes its flush afterwards.
 func TestPrePauseHookOutlivesThePauseDeadline(t *testing.T) {
 	flushed := filepath.Join(t.TempDir(), "flushed")
-	dir := hookTree(t, HookPrePause, map[string]string{"1-flush": "sleep 0.5; echo done > " + flushed})
+	dir := hookTree(t, HookPrePause, map[string]string{"1-flush": "sleep 1; echo done > " + flushed})
 	j := &journal{}
 	m := journaled(j, false, Options{Hooks: &Hooks{Dir: dir, Timeout: 5 * time.Second, Spawn: spawnForTest}})
 	req := pauseReq()
-	req.Deadline = 100 * time.Millisecond
+	req.Deadline = 300 * time.Millisecond
 	a, err := m.Pause(context.Background(), req)
 	if err != nil || !a.DeadlinePassed {
 		t.Fatalf("past the deadline: %+v, %v", a, err)
