@@ -128,15 +128,7 @@ func TestOpIDOutcomeOfARunningStreamOutlivesItsTime(t *testing.T) {
 // maximum of 2, the two newest are both answered from the record.
 func TestOpIDKeepsItsMaximum(t *testing.T) {
 	t.Parallel()
-	a := newTestAgent(t)
-	a.srv.outcomes.mu.Lock()
-	a.srv.outcomes.max = 2
-	a.srv.outcomes.mu.Unlock()
-	dir := t.TempDir()
-	c := a.dial(t)
-	mk := func(n string) map[string]any {
-		return map[string]any{"op": "file_mkdir", "op_id": "mk-" + n, "path": filepath.Join(dir, n)}
-	}
+	_, c, dir, mk := tableOfTwo(t)
 	for _, n := range []string{"1", "2", "3"} {
 		if r := c.call(mk(n)); r["error"] != nil {
 			t.Fatal(r)
@@ -154,4 +146,19 @@ func TestOpIDKeepsItsMaximum(t *testing.T) {
 	if r := c.call(mk("1")); errorCode(r) != "expired" {
 		t.Fatalf("mk-1, the third newest, is still kept with a maximum of 2: %v", r)
 	}
+}
+
+// tableOfTwo is an agent whose outcome table keeps at most 2, a
+// connection to it, a directory, and mk: a file_mkdir there with op_id
+// "mk-N".
+func tableOfTwo(t *testing.T) (*testAgent, *rawConn, string, func(n string) map[string]any) {
+	a := newTestAgent(t)
+	a.srv.outcomes.mu.Lock()
+	a.srv.outcomes.max = 2
+	a.srv.outcomes.mu.Unlock()
+	dir := t.TempDir()
+	mk := func(n string) map[string]any {
+		return map[string]any{"op": "file_mkdir", "op_id": "mk-" + n, "path": filepath.Join(dir, n)}
+	}
+	return a, a.dial(t), dir, mk
 }

@@ -178,15 +178,7 @@ func TestOpIDErrors(t *testing.T) {
 // nothing runs again.
 func TestOpIDExpired(t *testing.T) {
 	t.Parallel()
-	a := newTestAgent(t)
-	a.srv.outcomes.mu.Lock()
-	a.srv.outcomes.max = 2
-	a.srv.outcomes.mu.Unlock()
-	dir := t.TempDir()
-	c := a.dial(t)
-	mk := func(n string) map[string]any {
-		return map[string]any{"op": "file_mkdir", "op_id": "mk-" + n, "path": filepath.Join(dir, n)}
-	}
+	a, c, dir, mk := tableOfTwo(t)
 	for _, n := range []string{"1", "2", "3", "4"} {
 		if r := c.call(mk(n)); r["error"] != nil {
 			t.Fatal(r)

@@ -123,10 +123,14 @@ func (l *leaves) started(pid int, name string) {
 func (l *leaves) drop(name string) { unix.Unlinkat(l.fd, name, unix.AT_REMOVEDIR) }
 
 // markKilled records why the process guard killed leaf name, for the
-// end of the process started in it.
+// end of the process started in it; "" forgets it.
 func (l *leaves) markKilled(name, why string) {
 	l.mu.Lock()
-	l.killed[name] = why
+	if why == "" {
+		delete(l.killed, name)
+	} else {
+		l.killed[name] = why
+	}
 	l.mu.Unlock()
 }
 

@@ -133,6 +133,7 @@ func (p *processGuard) sweep() {
 		msg := fmt.Sprintf("killed by the agent's process guard: the command had %d processes, more than %d (a fork bomb?)", n, p.g.Max)
 		l.markKilled(e.Name(), msg)
 		if err := killCgroup(dir); err != nil {
+			l.markKilled(e.Name(), "") // not killed: its end must not say so
 			p.log.Warn("the process guard could not kill a runaway command", zap.String("cgroup", dir), zap.Int("processes", n), zap.Error(err))
 			continue
 		}
