@@ -72,9 +72,13 @@ type Isolation struct {
 	OOMKills      int64  `json:"oom_kills"`
 	// RunawayKills counts the commands the agent's process guard killed
 	// for holding too many processes (a fork bomb).
-	RunawayKills int64   `json:"runaway_kills"`
-	ForkRefusals int64   `json:"fork_refusals"`
-	CPUPressure  float64 `json:"cpu_pressure_avg10"`
+	RunawayKills int64 `json:"runaway_kills"`
+	ForkRefusals int64 `json:"fork_refusals"`
+	// SpareStarts counts the commands that started in the spare, kept
+	// for the user's way out, because user work was at its task limit or
+	// stalled at its memory limit.
+	SpareStarts int64   `json:"spare_starts"`
+	CPUPressure float64 `json:"cpu_pressure_avg10"`
 }
 
 // LastResume describes the agent's most recent resume sequence.

@@ -459,7 +459,14 @@ func isolate(cfg config, log *zap.Logger, reaper *proc.Reaper) (*proc.Cgroups, *
 	if cgroups.On() {
 		l := cgroups.Limits
 		log.Info("user work isolated in its cgroup", zap.String("cgroup", cgroups.UserDir()), zap.Int64("memory_max", l.MemoryMax),
-			zap.Int64("memory_high", l.MemoryHigh), zap.Int64("pids_max", l.PidsMax), zap.Int("cpu_weight", l.CPUWeight))
+			zap.Int64("memory_high", l.MemoryHigh), zap.Int64("pids_max", l.PidsMax), zap.Int("cpu_weight", l.CPUWeight),
+			zap.Int64("spare_memory", proc.SpareMemory(l)))
+		if cgroups.LeavesOff != "" {
+			log.Info("commands share user work's CPU: no leaf cgroup of their own", zap.String("because", cgroups.LeavesOff))
+		}
+		if cgroups.StallOff != "" {
+			log.Info("a stall of user work on memory is seen late (its 10 s average alone)", zap.String("because", cgroups.StallOff))
+		}
 	} else {
 		log.Info("user work is not isolated: it shares the machine with the agent on equal terms", zap.String("because", why))
 	}

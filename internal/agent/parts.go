@@ -92,6 +92,7 @@ func (a *Agent) metrics(reaper *proc.Reaper) func(w *hostapi.MetricsWriter) {
 			w.Metric("rayito_user_oom_kills_total", "counter", "User processes the OOM killer ended.", "", float64(c.OOMKills))
 			w.Metric("rayito_user_runaway_kills_total", "counter", "Commands the process guard killed for holding too many processes.", "", float64(c.RunawayKills))
 			w.Metric("rayito_user_fork_refusals_total", "counter", "Forks of user work refused at its pids.max.", "", float64(c.ForkRefusals))
+			w.Metric("rayito_user_spare_starts_total", "counter", "Starts that took the spare: user work at its pids.max or stalled at its memory limit.", "", float64(c.SpareStarts))
 			w.Metric("rayito_user_cpu_pressure_avg10", "gauge", "Share of the last 10 s a user task waited for a CPU, percent.", "", c.CPUPressure)
 		}
 	}

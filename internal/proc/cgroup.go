@@ -29,6 +29,8 @@ import (
 // Inside it, user work starts in work, whose pids.max leaves a spare of
 // tasks: once work is full (a fork bomb), a new command, terminal or
 // kernel starts in spare instead, so the user can still run ps and kill.
+// Work's memory.max leaves the spare memory the same way, and a start
+// while work is stalled on memory goes there too (sparememory.go).
 // A second runaway started there fills the spare too; then starts fail
 // with a limit error until something ends.
 //
@@ -37,10 +39,11 @@ import (
 //
 //	BASE/agent       the agent (cpu.weight 10000, io.weight 1000, memory.min)
 //	BASE/user        user work (memory.high, memory.max, pids.max, weights)
-//	BASE/user/work   where user processes start (pids.max: the user's less the spare)
+//	BASE/user/work   where user processes start (pids.max and memory.max:
+//	                 the user's less the spare's)
 //	BASE/user/work/p-N  a leaf of each process started there (leaves.go)
-//	BASE/user/spare  where they start once work is full (pids.max: the spare,
-//	                 cpu.weight spareCPUWeight)
+//	BASE/user/spare  where they start once work is full or stalled on
+//	                 memory (pids.max: the spare, cpu.weight spareCPUWeight)
 //	BASE/hooks       the lifecycle hooks (pids.max HookPids, the user's
 //	                 memory.max): beside user work, not in it, so that a
 //	                 hook starts even while a fork bomb holds every pid
@@ -194,6 +197,14 @@ type Cgroups struct {
 	// The directories of user/work, user/spare and hooks, for
 	// CLONE_INTO_CGROUP.
 	workFD, spareFD, hooksFD int
+	// stall reads whether work is stalled on memory (sparememory.go);
+	// nil without memory.pressure. StallOff says why its trigger is
+	// off, if it is (the gauge then has the 10 s average alone).
+	stall    *stallGauge
+	StallOff string
+	// spareStarts counts the starts the spare took (work full or
+	// stalled).
+	spareStarts atomic.Int64
 	// leaves makes the cgroup of each process started in work
 	// (leaves.go); nil where the kernel has no cpu controller, and
 	// LeavesOff says why.
@@ -239,6 +250,8 @@ func (c *Cgroups) Close() {
 		c.pguard = nil
 	}
 	c.leaves.close()
+	c.stall.close()
+	c.stall = nil
 	for _, fd := range []*int{&c.workFD, &c.spareFD, &c.hooksFD} {
 		if *fd >= 0 {
 			unix.Close(*fd)
@@ -332,8 +345,9 @@ func (c *Cgroups) setup(mount, name string) error {
 		}
 	}
 	// With cpu, work and spare have CPU shares of their own, and so do
-	// the leaves in work.
-	userControllers := intersect(avail, "pids", "cpu")
+	// the leaves in work; with memory, work leaves the spare memory of
+	// its own (sparememory.go).
+	userControllers := intersect(avail, "memory", "pids", "cpu")
 	if err := enable(c.user, userControllers...); err != nil {
 		return fmt.Errorf("enabling %s in %s (another process in it?): %w", strings.Join(userControllers, ", "), c.user, err)
 	}
@@ -359,6 +373,12 @@ func (c *Cgroups) setup(mount, name string) error {
 		}
 		*d.fd = fd
 	}
+	work := filepath.Join(c.user, "work")
+	if c.stall = openStallGauge(work, c.Limits); c.stall != nil {
+		if err := c.stall.watch(work); err != nil {
+			c.StallOff = err.Error()
+		}
+	}
 	if !slices.Contains(userControllers, "cpu") {
 		c.LeavesOff = "the kernel has no cpu controller for " + c.user
 	} else if c.leaves, err = newLeaves(filepath.Join(c.user, "work")); err != nil {
@@ -376,14 +396,21 @@ type limitFile struct {
 
 // limitFiles is what the layout writes into its limit files, from
 // c.Limits: the user's memory and tasks, split between work and the
-// spare (which keeps SparePids for starts once work is full), the
-// hooks' bounds, and the weights that put the agent first.
+// spare (which keeps SparePids and SpareMemory for starts once work is
+// full or stalled), the hooks' bounds, and the weights that put the
+// agent first.
 func (c *Cgroups) limitFiles() []limitFile {
 	l := c.Limits
-	spare := SparePids(l.PidsMax)
+	spare, spareMem := SparePids(l.PidsMax), SpareMemory(l)
+	workHigh := "max" // the user's memory.high is its memory.max
+	if l.MemoryHigh < l.MemoryMax {
+		workHigh = strconv.FormatInt(l.MemoryHigh-spareMem, 10)
+	}
 	return []limitFile{
 		{filepath.Join(c.user, "memory.max"), strconv.FormatInt(l.MemoryMax, 10), false},
 		{filepath.Join(c.user, "memory.high"), strconv.FormatInt(l.MemoryHigh, 10), false},
+		{filepath.Join(c.user, "work", "memory.max"), strconv.FormatInt(l.MemoryMax-spareMem, 10), false},
+		{filepath.Join(c.user, "work", "memory.high"), workHigh, false},
 		{filepath.Join(c.user, "pids.max"), strconv.FormatInt(l.PidsMax, 10), false},
 		{filepath.Join(c.user, "work", "pids.max"), strconv.FormatInt(l.PidsMax-spare, 10), false},
 		{filepath.Join(c.user, "spare", "pids.max"), strconv.FormatInt(spare, 10), false},

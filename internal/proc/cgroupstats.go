@@ -23,6 +23,9 @@ type CgroupStats struct {
 	// too many processes (procguard.go).
 	RunawayKills int64 `json:"runaway_kills"`
 	ForkRefusals int64 `json:"fork_refusals"`
+	// SpareStarts counts the starts that went to the spare because work
+	// was at its pids.max or stalled at its memory limit.
+	SpareStarts int64 `json:"spare_starts"`
 	// CPUPressure is the share of the last 10 s in which some user task
 	// waited for a CPU (cpu.pressure's some avg10), in percent.
 	CPUPressure float64 `json:"cpu_pressure_avg10"`
@@ -61,6 +64,7 @@ func (c *Cgroups) Stats() CgroupStats {
 	// The kernel's kills and the memory guard's (memguard.go).
 	st.OOMKills = keyed(filepath.Join(c.user, "memory.events"), "oom_kill") + c.guardKills.Load()
 	st.RunawayKills = c.runawayKills.Load()
+	st.SpareStarts = c.spareStarts.Load()
 	// A refused fork is counted where it was tried (pids.events is not
 	// hierarchical before Linux 6.13): in work or in spare.
 	for _, d := range []string{"", "work", "spare"} {
@@ -90,7 +94,13 @@ func psiField(file, kind, key string) string {
 	if err != nil {
 		return ""
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	return psiValue(string(b), kind, key)
+}
+
+// psiValue is one key=value field of the line kind of a PSI file's text
+// b; "" when missing.
+func psiValue(b, kind, key string) string {
+	for _, line := range strings.Split(b, "\n") {
 		rest, ok := strings.CutPrefix(line, kind+" ")
 		if !ok {
 			continue

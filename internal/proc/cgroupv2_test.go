@@ -111,15 +111,16 @@ func TestCgroupV2Layout(t *testing.T) {
 		t.Fatalf("the test (as the agent) is in %q", own)
 	}
 	for file, want := range map[string]string{
-		"user/memory.max":     strconv.Itoa(128 << 20),
-		"user/memory.high":    strconv.FormatInt(c.Limits.MemoryHigh, 10),
-		"user/pids.max":       "100",
-		"user/work/pids.max":  "90",
-		"user/spare/pids.max": "10",
-		"user/cpu.weight":     "50",
-		"agent/cpu.weight":    "10000",
-		"hooks/pids.max":      strconv.Itoa(HookPids),
-		"hooks/memory.max":    strconv.Itoa(128 << 20),
+		"user/memory.max":      strconv.Itoa(128 << 20),
+		"user/memory.high":     strconv.FormatInt(c.Limits.MemoryHigh, 10),
+		"user/pids.max":        "100",
+		"user/work/pids.max":   "90",
+		"user/spare/pids.max":  "10",
+		"user/work/memory.max": strconv.FormatInt(128<<20-SpareMemory(c.Limits), 10),
+		"user/cpu.weight":      "50",
+		"agent/cpu.weight":     "10000",
+		"hooks/pids.max":       strconv.Itoa(HookPids),
+		"hooks/memory.max":     strconv.Itoa(128 << 20),
 	} {
 		if got := readTrim(t, filepath.Join(base, file)); got != want {
 			t.Errorf("%s = %s, want %s", file, got, want)
@@ -199,7 +200,7 @@ func TestCgroupV2Spare(t *testing.T) {
 	if !errors.As(err, &we) || we.Code != wire.CodeLimit {
 		t.Errorf("exec with work and spare full: %v, want a limit error", err)
 	}
-	if s := c.Stats(); s.Tasks < 39 || s.ForkRefusals < 3 {
+	if s := c.Stats(); s.Tasks < 39 || s.ForkRefusals < 3 || s.SpareStarts != 8 {
 		t.Errorf("stats with both full: %+v", s)
 	}
 	// A post-clone hook renewing SSH keys must start all the same.
@@ -212,6 +213,71 @@ func TestCgroupV2Spare(t *testing.T) {
 	}
 	syscall.Kill(hook, syscall.SIGKILL)
 	<-hookDone
+}
+
+// TestCgroupV2SpareMemory: while work is at its memory limit, stalled
+// (a process held at its memory.high, as a runaway is held at its limit
+// until its OOM kill), a start goes to the spare and runs at once; the
+// stalled process stays in work; and once it is killed, though the
+// stall's 10 s average is still high, the next start goes to work (else
+// a fork bomb started just after a hog's kill would fill the spare).
+func TestCgroupV2SpareMemory(t *testing.T) {
+	c := layoutForTest(t, CgroupLimits{MemoryMax: 256 << 20, MemoryHigh: 64 << 20})
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("needs python3 for the stalled process")
+	}
+	r := isolated(t, c, nil)
+	work := filepath.Join(c.user, "work")
+	pressure := func() string { return readTrim(t, filepath.Join(work, "memory.pressure")) }
+	// Past memory.high without swap, each allocation sleeps in the
+	// kernel, counted as a memory stall.
+	hog, hogDone, err := r.ForkExec(python, []string{"python3", "-c", "a = []\nwhile True: a.append(bytearray(1 << 20))"}, &syscall.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hogEnded := false
+	defer func() {
+		if !hogEnded {
+			syscall.Kill(hog, syscall.SIGKILL)
+		}
+	}()
+	deadline := time.Now().Add(90 * time.Second)
+	for !c.stall.stalled() {
+		if time.Now().After(deadline) {
+			t.Fatalf("work is not stalled at its limit after 90 s: memory.current %s, memory.pressure %s", readTrim(t, filepath.Join(work, "memory.current")), pressure())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	in := func(what string) string {
+		pid, done, err := r.ForkExec("/bin/sh", []string{"sh", "-c", "exit 7"}, &syscall.ProcAttr{})
+		if err != nil {
+			t.Fatalf("a start %s: %v", what, err)
+		}
+		got := cgroupOf(t, pid)
+		if st := <-done; st.Wait.ExitStatus() != 7 {
+			t.Errorf("the start %s ended %v", what, st.Wait)
+		}
+		return got
+	}
+	if c.StallOff != "" || c.stall.fired.Load() == 0 {
+		t.Errorf("work stalled, its trigger never fired (%s)", c.StallOff)
+	}
+	if got := in("while work is stalled"); got != "/"+testCgroupName+"/user/spare" {
+		t.Errorf("a start while work is stalled at its limit (%s) is born in %q, want the spare", pressure(), got)
+	}
+	if got := cgroupOf(t, hog); !strings.HasPrefix(got, "/"+testCgroupName+"/user/work/") {
+		t.Errorf("the stalled process is in %q", got)
+	}
+	syscall.Kill(hog, syscall.SIGKILL)
+	<-hogDone
+	hogEnded = true
+	if got := in("just after the stalled process's end"); !strings.HasPrefix(got, "/"+testCgroupName+"/user/work/") {
+		t.Errorf("a start just after the stalled process's end (%s) is born in %q, want work", pressure(), got)
+	}
+	if s := c.Stats(); s.SpareStarts != 1 {
+		t.Errorf("the spare took %d starts, want 1", s.SpareStarts)
+	}
 }
 
 // TestCgroupV2OOMKill: a process past memory.max ends oom_killed, killed
@@ -251,7 +317,7 @@ func TestCgroupV2OOMKill(t *testing.T) {
 		t.Fatalf("the hog ended %+v (wait status %v), want oom_killed", e, st.Wait)
 	}
 	s := c.Stats()
-	if s.OOMKills < 1 || s.MemoryPeak < 60<<20 {
+	if s.OOMKills < 1 || s.MemoryPeak < 64<<20-SpareMemory(c.Limits)-4<<20 {
 		t.Errorf("stats after the kill: %+v", s)
 	}
 	t.Logf("the hog ended oom_killed after %v: %d by the kernel, %d by the memory guard",

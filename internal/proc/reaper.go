@@ -54,6 +54,11 @@ type isolation struct {
 	// leaves, if not nil, makes each child a leaf of work of its own
 	// to be born in (leaves.go).
 	leaves *leaves
+	// stall, if not nil, says when work is stalled on memory: starts
+	// then go to spare (sparememory.go).
+	stall *stallGauge
+	// spared, if not nil, counts the starts the spare took.
+	spared *atomic.Int64
 	// ooms tells the OOM killer's victims apart (oomkill.go); nil: not
 	// known.
 	ooms *OOMKills
@@ -116,7 +121,7 @@ func (r *Reaper) Isolate(c *Cgroups, ooms *OOMKills) {
 	iso.work, iso.spare = c.StartFDs()
 	iso.hooks = c.HooksFD()
 	if c.On() {
-		iso.leaves = c.leaves
+		iso.leaves, iso.stall, iso.spared = c.leaves, c.stall, &c.spareStarts
 	}
 	r.iso.Store(iso)
 }
@@ -153,19 +158,32 @@ func (r *Reaper) Start(fork func() (int, error)) (int, <-chan Status, error) {
 // every short command several wake-ups.
 func (r *Reaper) ForkExec(path string, argv []string, attr *syscall.ProcAttr) (int, <-chan Status, error) {
 	iso := r.isolation()
-	return r.forkExecIn(iso.work, iso.leaves, iso.spare, path, argv, attr)
+	if iso.spare >= 0 && iso.stall.stalled() {
+		// Work is at its memory limit, stalled (a runaway reclaiming
+		// before its OOM kill): born there, this start would wait with
+		// it. The spare has memory work cannot take. A spare full of
+		// tasks sends it back to work: slow is better than refused.
+		pid, ch, err := r.forkExecIn(iso.spare, nil, -1, nil, path, argv, attr)
+		if err == nil && iso.spared != nil {
+			iso.spared.Add(1)
+		}
+		if !errors.Is(err, syscall.EAGAIN) {
+			return pid, ch, err
+		}
+	}
+	return r.forkExecIn(iso.work, iso.leaves, iso.spare, iso.spared, path, argv, attr)
 }
 
 // ForkExecHook is ForkExec for a lifecycle hook: born in the hooks'
 // cgroup, which a fork bomb in user work cannot fill.
 func (r *Reaper) ForkExecHook(path string, argv []string, attr *syscall.ProcAttr) (int, <-chan Status, error) {
-	return r.forkExecIn(r.isolation().hooks, nil, -1, path, argv, attr)
+	return r.forkExecIn(r.isolation().hooks, nil, -1, nil, path, argv, attr)
 }
 
 // forkExecIn is ForkExec into the cgroup of directory descriptor cg (-1:
 // the agent's own), or a new leaf of it if lv is not nil, then spare (-1:
-// none) if cg is at its pids.max.
-func (r *Reaper) forkExecIn(cg int, lv *leaves, spare int, path string, argv []string, attr *syscall.ProcAttr) (int, <-chan Status, error) {
+// none) if cg is at its pids.max, counted in spared if given.
+func (r *Reaper) forkExecIn(cg int, lv *leaves, spare int, spared *atomic.Int64, path string, argv []string, attr *syscall.ProcAttr) (int, <-chan Status, error) {
 	leaf := ""
 	if lv != nil {
 		name, fd, err := lv.make()
@@ -204,6 +222,9 @@ func (r *Reaper) forkExecIn(cg int, lv *leaves, spare int, path string, argv []s
 			}
 			sys.CgroupFD = spare
 			pid, err = syscall.ForkExec(path, argv, &a)
+			if err == nil && spared != nil {
+				spared.Add(1)
+			}
 		}
 		if leaf != "" {
 			if err != nil {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -42,8 +43,8 @@ done`
 // with bash's builtins only (no fork, so no lock a fork bomb holds), and
 // prints each answer's time in µs: what the agent itself takes, without
 // the host's network path.
-const footingProbe = `echo $$ > /sys/fs/cgroup/cgroup.procs
-chrt -f -p 10 $$
+const footingProbe = `echo $$ > "$2"/cgroup.procs
+[ "$3" = rt ] && chrt -f -p 10 $$
 mkfifo /tmp/footing.fifo; exec 4<>/tmp/footing.fifo
 n=$1; i=0
 while [ $i -lt $n ]; do
@@ -75,7 +76,9 @@ done`
 // "The agent keeps its footing"). RAYITO_FOOTING_DIAG=1 adds a sampler
 // and a loopback probe and logs the kernel's messages;
 // RAYITO_FOOTING_SETUP, _CPUS and _KERNEL_ARGS are for experiments,
-// RAYITO_FOOTING_DMESG=FILE keeps the whole kernel log.
+// RAYITO_FOOTING_DMESG=FILE keeps the whole kernel log, and
+// RAYITO_FOOTING_AFTER (a shell command run in the guest after the load)
+// writes its output to RAYITO_FOOTING_AFTER_OUT (a trace, say).
 // TestAgentStaysInCharge runs the same load one part at a time.
 func TestAgentKeepsItsFooting(t *testing.T) {
 	if os.Getenv("RAYITO_E2E_FOOTING") != "1" {
@@ -111,8 +114,59 @@ func TestAgentKeepsItsFooting(t *testing.T) {
 	// real-time priority their forks and execs take the CPU from everyone
 	// else (about 150 ms a second on TCG), the agent included.
 	diag := os.Getenv("RAYITO_FOOTING_DIAG") != ""
+	// RAYITO_FOOTING_PROBE=agent: a loopback probe of /health from the
+	// agent's own cgroup at its priority, to tell the guest's part of a
+	// slow answer from the host's (QEMU's network, the host's CPUs).
+	agentProbe := os.Getenv("RAYITO_FOOTING_PROBE") == "agent"
+	// RAYITO_FOOTING_JIT=1 logs QEMU's "info jit" before and after the
+	// load: how much the emulator translated and flushed meanwhile.
+	jit := func(when string) {
+		if os.Getenv("RAYITO_FOOTING_JIT") == "" {
+			return
+		}
+		out, err := v.Monitor(ctx, "info jit")
+		t.Logf("info jit %s: %s %v", when, out, err)
+	}
+	jit("before the load")
+	defer jit("after the load")
+	var jitLoad strings.Builder
+	jitStop := make(chan struct{})
+	jitDone := make(chan struct{})
+	if os.Getenv("RAYITO_FOOTING_JIT") != "" {
+		// A second apart during the load: new translations and
+		// invalidations, to set beside the slow probes.
+		go func() {
+			defer close(jitDone)
+			var lastTB, lastInv int64
+			for {
+				out, err := v.Monitor(ctx, "info jit")
+				if err != nil {
+					return
+				}
+				tb, inv := jitField(out, "TB count"), jitField(out, "TB invalidate count")
+				if lastTB > 0 {
+					fmt.Fprintf(&jitLoad, "%s: %6d translated, %6d invalidated\n", time.Now().UTC().Format("15:04:05.0"), tb-lastTB, inv-lastInv)
+				}
+				lastTB, lastInv = tb, inv
+				select {
+				case <-jitStop:
+					return
+				case <-time.After(time.Second):
+				}
+			}
+		}()
+	} else {
+		close(jitDone)
+	}
 	r, err := runaway.Run(ctx, c, v.AgentURL(), runaway.Options{Started: func() {
 		t.Logf("the load started at %s", time.Now().UTC().Format("15:04:05.000"))
+		if agentProbe {
+			// As the agent's peer: its cgroup, its priority, no fork.
+			probe, err = c.Exec(ctx, client.ExecOptions{Argv: []string{"/bin/bash", "-c", "{ " + footingProbe + "\n} > /tmp/footing.probe 2>&1", "probe", "300", "/sys/fs/cgroup/rayito/agent"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 		if !diag {
 			return
 		}
@@ -120,7 +174,7 @@ func TestAgentKeepsItsFooting(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		probe, err = c.Exec(ctx, client.ExecOptions{Argv: []string{"/bin/bash", "-c", "{ " + footingProbe + "\n} > /tmp/footing.probe 2>&1", "probe", "300"}})
+		probe, err = c.Exec(ctx, client.ExecOptions{Argv: []string{"/bin/bash", "-c", "{ " + footingProbe + "\n} > /tmp/footing.probe 2>&1", "probe", "300", "/sys/fs/cgroup", "rt"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +182,15 @@ func TestAgentKeepsItsFooting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	close(jitStop)
+	<-jitDone
+	if jitLoad.Len() > 0 {
+		t.Logf("the emulator, a second apart:\n%s", jitLoad.String())
+	}
 	t.Logf("under the load:\n%s", r)
+	if h, err := c.Health(ctx); err == nil && h.Isolation != nil {
+		t.Logf("user work after the load: %+v", *h.Isolation)
+	}
 	for _, p := range r.Problems() {
 		t.Error(p)
 	}
@@ -142,11 +204,26 @@ func TestAgentKeepsItsFooting(t *testing.T) {
 			p.Wait(ctx)
 		}
 	}
+	if agentProbe && !diag {
+		probes, _ := g.c.Files().ReadFile(ctx, "/tmp/footing.probe")
+		t.Logf("the guest's own /health probes over loopback from the agent's cgroup (start, µs):\n%s", probes)
+	}
 	if diag {
 		samples, _ := g.c.Files().ReadFile(ctx, "/tmp/footing.samples")
 		probes, _ := g.c.Files().ReadFile(ctx, "/tmp/footing.probe")
 		t.Logf("the guest's own /health probes over loopback (start, µs):\n%s", probes)
 		t.Logf("the guest's samples, a second apart:\n%s", samples)
+	}
+	if after := os.Getenv("RAYITO_FOOTING_AFTER"); after != "" {
+		out, err := g.sh(ctx, after)
+		if f := os.Getenv("RAYITO_FOOTING_AFTER_OUT"); f != "" {
+			os.WriteFile(f, []byte(out), 0o644)
+		} else {
+			t.Logf("after %q: %s", after, out)
+		}
+		if err != nil {
+			t.Logf("after %q: %v", after, err)
+		}
 	}
 	if diag || t.Failed() {
 		kmsg, _ := g.sh(ctx, "dmesg > /tmp/footing.dmesg; tail -n 400 /tmp/footing.dmesg")
@@ -156,4 +233,18 @@ func TestAgentKeepsItsFooting(t *testing.T) {
 			os.WriteFile(f, all, 0o644)
 		}
 	}
+}
+
+// jitField is the number after name in QEMU's "info jit".
+func jitField(out, name string) int64 {
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
 }

@@ -152,3 +152,12 @@ func (q *qmp) ioError(cmd string, err error) error {
 }
 
 func (q *qmp) Close() error { return q.conn.Close() }
+
+// Monitor runs a command of QEMU's human monitor (such as "info jit")
+// and returns what it printed: for diagnostics that QMP has no command
+// for.
+func (v *VM) Monitor(ctx context.Context, command string) (string, error) {
+	var out string
+	err := v.qmp.execute(ctx, "human-monitor-command", map[string]any{"command-line": command}, &out)
+	return out, err
+}
