@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,22 +69,28 @@ done`
 // ends oom_killed within 60 s of its start, and the agent answers within
 // 1 s of the load's end. When it fails it logs the kernel's last words.
 //
-// Not in make test yet (RAYITO_E2E_FOOTING=1 runs it): with the process
-// guard (which kills the bomb past 512 processes) and preempt=full,
-// /health kept its bound in 4 of 5 runs and exec in 3 of 5; the execs at
-// the bound came in the memory hog's last seconds at its limit, when a
-// new command in user work waits for the hog's kill (docs/benchmarks.md,
-// "The agent keeps its footing"). RAYITO_FOOTING_DIAG=1 adds a sampler
+// Under TCG the emulator itself stalls the guest in the hog's last
+// seconds at its limit: each page that held code and is zeroed for the
+// hog throws away what QEMU translated from it, 12,000 to 26,000
+// translated blocks a second, and the whole guest waits (a loopback
+// probe from the agent's own cgroup saw the same stalls; the agent's
+// threads were never kept waiting over 17 ms). A /health probe over its
+// limit in a second of such a storm (QEMU's "info jit", sampled each
+// second) is excused from the p99, named in the report, and still bound
+// by a second; no more than a tenth of the probes may be
+// (docs/benchmarks.md, "The agent keeps its footing"). On KVM nothing is
+// translated and nothing is excused.
+//
+// make footing runs it alone. RAYITO_FOOTING_DIAG=1 adds a sampler
 // and a loopback probe and logs the kernel's messages;
+// RAYITO_FOOTING_PROBE=agent a loopback probe from the agent's cgroup;
+// RAYITO_FOOTING_JIT=1 logs the emulator's samples;
 // RAYITO_FOOTING_SETUP, _CPUS and _KERNEL_ARGS are for experiments,
 // RAYITO_FOOTING_DMESG=FILE keeps the whole kernel log, and
 // RAYITO_FOOTING_AFTER (a shell command run in the guest after the load)
 // writes its output to RAYITO_FOOTING_AFTER_OUT (a trace, say).
 // TestAgentStaysInCharge runs the same load one part at a time.
 func TestAgentKeepsItsFooting(t *testing.T) {
-	if os.Getenv("RAYITO_E2E_FOOTING") != "1" {
-		t.Skip("the whole runaway load at once: RAYITO_E2E_FOOTING=1 (not yet within its bounds every time)")
-	}
 	tv := vmConfig(t)
 	tv.cfg.MemoryMiB = 1024
 	// RAYITO_FOOTING_CPUS: more vCPUs, to see what the host's choice does.
@@ -129,35 +136,31 @@ func TestAgentKeepsItsFooting(t *testing.T) {
 	}
 	jit("before the load")
 	defer jit("after the load")
-	var jitLoad strings.Builder
-	jitStop := make(chan struct{})
-	jitDone := make(chan struct{})
-	if os.Getenv("RAYITO_FOOTING_JIT") != "" {
-		// A second apart during the load: new translations and
-		// invalidations, to set beside the slow probes.
-		go func() {
-			defer close(jitDone)
-			var lastTB, lastInv int64
-			for {
-				out, err := v.Monitor(ctx, "info jit")
-				if err != nil {
-					return
-				}
-				tb, inv := jitField(out, "TB count"), jitField(out, "TB invalidate count")
-				if lastTB > 0 {
-					fmt.Fprintf(&jitLoad, "%s: %6d translated, %6d invalidated\n", time.Now().UTC().Format("15:04:05.0"), tb-lastTB, inv-lastInv)
-				}
-				lastTB, lastInv = tb, inv
-				select {
-				case <-jitStop:
-					return
-				case <-time.After(time.Second):
-				}
+	// The emulator's work, a second apart, from before the load to its
+	// end: how many translated blocks it invalidated (emulatorStall).
+	var jitMu sync.Mutex
+	var jitSamples []jitSample
+	var jitSlowest time.Duration
+	jitStop, jitDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(jitDone)
+		for {
+			asked := time.Now()
+			out, err := v.Monitor(ctx, "info jit")
+			if err != nil || !strings.Contains(out, "TB invalidate count") {
+				return // not TCG: nothing to sample
 			}
-		}()
-	} else {
-		close(jitDone)
-	}
+			jitMu.Lock()
+			jitSamples = append(jitSamples, jitSample{asked, jitField(out, "TB count"), jitField(out, "TB invalidate count")})
+			jitSlowest = max(jitSlowest, time.Since(asked))
+			jitMu.Unlock()
+			select {
+			case <-jitStop:
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
 	r, err := runaway.Run(ctx, c, v.AgentURL(), runaway.Options{Started: func() {
 		t.Logf("the load started at %s", time.Now().UTC().Format("15:04:05.000"))
 		if agentProbe {
@@ -184,8 +187,14 @@ func TestAgentKeepsItsFooting(t *testing.T) {
 	}
 	close(jitStop)
 	<-jitDone
-	if jitLoad.Len() > 0 {
-		t.Logf("the emulator, a second apart:\n%s", jitLoad.String())
+	r.Excuse(func(sp runaway.Span) string { return emulatorStall(jitSamples, sp) })
+	if os.Getenv("RAYITO_FOOTING_JIT") != "" {
+		var b strings.Builder
+		for i := 1; i < len(jitSamples); i++ {
+			a, z := jitSamples[i-1], jitSamples[i]
+			fmt.Fprintf(&b, "%s: %6d translated, %6d invalidated\n", z.at.UTC().Format("15:04:05.0"), z.tbs-a.tbs, z.invalidated-a.invalidated)
+		}
+		t.Logf("the emulator, a second apart (its slowest answer %v):\n%s", jitSlowest.Round(time.Millisecond), b.String())
 	}
 	t.Logf("under the load:\n%s", r)
 	if h, err := c.Health(ctx); err == nil && h.Isolation != nil {
@@ -247,4 +256,37 @@ func jitField(out, name string) int64 {
 		}
 	}
 	return 0
+}
+
+// jitSample is QEMU's count of translated blocks and of those it
+// invalidated, at a moment.
+type jitSample struct {
+	at               time.Time
+	tbs, invalidated int64
+}
+
+// emulatorStallRate is the rate of invalidations from which the emulator
+// stalls the guest: in the footing test's load, 12,000 to 26,000 a
+// second for the 6 to 8 s in which the memory hog, at its limit, has the
+// pages that held code (the evicted programs' and libraries') zeroed for
+// it, each write to such a page throwing away what was translated from
+// it; at most about 2,000 a second otherwise (the load's start).
+const emulatorStallRate = 5000
+
+// emulatorStall says why a probe over sp measured the emulator rather
+// than the agent ("" if it did not): a second of samples overlapping sp
+// in which QEMU invalidated emulatorStallRate or more translated blocks.
+// A guest on KVM translates nothing: its samples are none.
+func emulatorStall(samples []jitSample, sp runaway.Span) string {
+	for i := 1; i < len(samples); i++ {
+		a, z := samples[i-1], samples[i]
+		if !a.at.Before(sp.To) || !z.at.After(sp.From) {
+			continue
+		}
+		rate := float64(z.invalidated-a.invalidated) / z.at.Sub(a.at).Seconds()
+		if rate >= emulatorStallRate {
+			return fmt.Sprintf("QEMU's TCG invalidated %.0f translated blocks a second", rate)
+		}
+	}
+	return ""
 }
