@@ -50,7 +50,7 @@ type agent struct {
 // newAgent serves a real agent in this process; limits, if given, bound
 // its retention.
 func newAgent(t testing.TB, limits ...stream.Limits) *agent {
-	a := agenttest.New(t, agenttest.Options{Mount: func(ag *agentpkg.Agent) { endpoint.Mount(ag) }, Config: agentpkg.Config{Token: testToken, Retention: append(limits, stream.Limits{})[0]}})
+	a := agenttest.New(t, agenttest.Options{Mount: func(ag *agentpkg.Agent) { endpoint.Mount(ag.Capabilities()) }, Config: agentpkg.Config{Token: testToken, Retention: append(limits, stream.Limits{})[0]}})
 	return &agent{cuts: a.Cuts, http: a.HTTP, streams: a.Streams, kernels: a.Kernels, resume: a.Resumer, url: a.WS}
 }
 

@@ -393,10 +393,10 @@ func run(cfg config, log *zap.Logger) error {
 	}
 	defer a.Close()
 	// Every surface over the one agent (architecture.md, Surfaces).
-	endpoint.Mount(a)
-	envdapi.Mount(a)
-	jupyterapi.Mount(a)
-	codeinterp.Mount(a)
+	endpoint.Mount(a.Capabilities())
+	envdapi.Mount(a.Capabilities())
+	jupyterapi.Mount(a.Capabilities())
+	codeinterp.Mount(a.Capabilities())
 	limitMemory(a.Streams.Limits().Budget)
 	srv := a.Server
 	defer startDetectors(cfg, log, a, reaper, &jump)()

@@ -1,10 +1,11 @@
 // Package agent assembles the agent from its configuration: the managers
 // (streams, processes, terminals, watches, kernels, files, traffic,
 // resume), the HTTP server of the shared host layer with the host's
-// routes, and nothing of the surfaces: each surface mounts itself on an
-// Agent (endpoint.Mount, envdapi.Mount, jupyterapi.Mount,
-// codeinterp.Mount), as the command does and the tests do (agenttest), so
-// what a test serves is what a sandbox runs, not a copy of its wiring.
+// routes, and the capabilities the surfaces mount on (Capabilities). It
+// knows no surface: the command mounts each (endpoint.Mount,
+// envdapi.Mount, jupyterapi.Mount, codeinterp.Mount over
+// a.Capabilities()), and so do the tests (agenttest), so what a test
+// serves is what a sandbox runs, not a copy of its wiring.
 //
 // What acts on the machine as a whole (becoming the child subreaper,
 // isolating user work in its cgroup, the resume detectors, the clock and
@@ -23,6 +24,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rayito/rayito-agent/internal/capabilities"
 	"github.com/rayito/rayito-agent/internal/files"
 	"github.com/rayito/rayito-agent/internal/hostapi"
 	"github.com/rayito/rayito-agent/internal/jupyter"
@@ -277,6 +279,17 @@ func (a *Agent) userWork(r *proc.Reaper) resume.UserWork {
 // SetClients gives the pause its way to the clients' connections (the
 // native surface's, which mounts after the resume manager is built).
 func (a *Agent) SetClients(c resume.Clients) { a.clients.set(c) }
+
+// Capabilities is what a surface is mounted with (package capabilities).
+func (a *Agent) Capabilities() capabilities.Set {
+	cfg := a.Config
+	return capabilities.Set{
+		Logger: cfg.Logger, Version: cfg.Version, Origins: cfg.Origins,
+		Streams: a.Streams, Traffic: a.Counter, Procs: a.Procs, PTYs: a.PTYs, Watches: a.Watches,
+		Kernels: a.Kernels, Files: a.Files, Defaults: a.Defaults, Cuts: a.Cuts, Auth: a.Auth, Server: a.Server,
+		SetClients: func(c capabilities.Clients) { a.SetClients(c) }, EnvdOpen: cfg.EnvdOpen, E2BAPI: cfg.E2BAPI,
+	}
+}
 
 // buildSurfaces makes the one server the surfaces mount on, with the
 // host's routes. The surfaces share its token, limits and the registry of

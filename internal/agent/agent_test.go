@@ -24,10 +24,10 @@ func TestNewNeedsAReaper(t *testing.T) {
 // answer.
 func TestEverySurfaceIsServed(t *testing.T) {
 	a := agenttest.New(t, agenttest.Options{Mount: func(a *agent.Agent) {
-		endpoint.Mount(a)
-		envdapi.Mount(a)
-		jupyterapi.Mount(a)
-		codeinterp.Mount(a)
+		endpoint.Mount(a.Capabilities())
+		envdapi.Mount(a.Capabilities())
+		jupyterapi.Mount(a.Capabilities())
+		codeinterp.Mount(a.Capabilities())
 	}, Config: agent.Config{Token: "tok"}})
 	for _, tc := range []struct {
 		path   string

@@ -28,7 +28,7 @@ type Options struct {
 	// Listener, if set, wraps the test server's listener (small socket
 	// buffers, say).
 	Listener func(net.Listener) net.Listener
-	// Mount mounts the surfaces the test serves (endpoint.Mount, ...)
+	// Mount mounts the surfaces the test serves (endpoint.Mount(a.Capabilities()), ...)
 	// before the agent serves.
 	Mount func(a *agent.Agent)
 }

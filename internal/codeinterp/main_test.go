@@ -61,9 +61,9 @@ func newAgent(t testing.TB) *agent {
 	// As make run serves it (--e2b-api): the SDK's control-plane calls.
 	var api *codeinterp.Server
 	ta := agenttest.New(t, agenttest.Options{Mount: func(ag *agentpkg.Agent) {
-		endpoint.Mount(ag)
-		envdapi.Mount(ag) // the control plane, with E2BAPI
-		api = codeinterp.Mount(ag)
+		endpoint.Mount(ag.Capabilities())
+		envdapi.Mount(ag.Capabilities()) // the control plane, with E2BAPI
+		api = codeinterp.Mount(ag.Capabilities())
 	}, Config: agentpkg.Config{
 		Token: testToken, Reaper: reaper, E2BAPI: true,
 		CutHook: func() {

@@ -1,11 +1,11 @@
 package codeinterp
 
-import "github.com/rayito/rayito-agent/internal/agent"
+import "github.com/rayito/rayito-agent/internal/capabilities"
 
-// Mount builds the code interpreter's API over a's kernels and mounts it
-// on a's server.
-func Mount(a *agent.Agent) *Server {
-	s := New(Options{Kernels: a.Kernels, Cuts: a.Cuts, Logger: a.Config.Logger})
-	a.Server.Mount(s.Surface())
+// Mount builds the code interpreter's API over c's kernels and mounts it
+// on c's server.
+func Mount(c capabilities.Set) *Server {
+	s := New(Options{Kernels: c.Kernels, Cuts: c.Cuts, Logger: c.Logger})
+	c.Server.Mount(s.Surface())
 	return s
 }

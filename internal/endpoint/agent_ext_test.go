@@ -12,7 +12,7 @@ import (
 func init() {
 	endpoint.BuildAgentForTests = func(t testing.TB, o endpoint.AgentForTestsOptions) endpoint.AgentForTests {
 		var native *endpoint.Server
-		a := agenttest.New(t, agenttest.Options{Mount: func(a *agent.Agent) { native = endpoint.Mount(a) }, Config: agent.Config{
+		a := agenttest.New(t, agenttest.Options{Mount: func(a *agent.Agent) { native = endpoint.Mount(a.Capabilities()) }, Config: agent.Config{
 			Token: o.Token, Retention: o.Limits, Counter: o.Counter, Reaper: o.Reaper,
 		}})
 		return endpoint.AgentForTests{

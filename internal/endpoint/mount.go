@@ -1,17 +1,16 @@
 package endpoint
 
-import "github.com/rayito/rayito-agent/internal/agent"
+import "github.com/rayito/rayito-agent/internal/capabilities"
 
-// Mount builds the native protocol over a's managers, mounts it on a's
+// Mount builds the native protocol over c's managers, mounts it on c's
 // server, and makes it the way a pause tells the clients.
-func Mount(a *agent.Agent) *Server {
-	cfg := a.Config
+func Mount(c capabilities.Set) *Server {
 	s := New(Config{
-		Logger: cfg.Logger.Named("endpoint"), Version: cfg.Version, Streams: a.Streams, Traffic: a.Counter,
-		Procs: a.Procs, PTYs: a.PTYs, Watches: a.Watches, Kernels: a.Kernels, Files: a.Files, Cuts: a.Cuts,
-		Origins: cfg.Origins,
+		Logger: c.Logger.Named("endpoint"), Version: c.Version, Streams: c.Streams, Traffic: c.Traffic,
+		Procs: c.Procs, PTYs: c.PTYs, Watches: c.Watches, Kernels: c.Kernels, Files: c.Files, Cuts: c.Cuts,
+		Origins: c.Origins,
 	})
-	a.Server.Mount(s.Surface())
-	a.SetClients(s)
+	c.Server.Mount(s.Surface())
+	c.SetClients(s)
 	return s
 }

@@ -103,8 +103,8 @@ func newAgent(t testing.TB, o agentOptions) *agent {
 	}
 	var envd *envdapi.Server
 	opts.Mount = func(ag *agentpkg.Agent) {
-		endpoint.Mount(ag)
-		envd = envdapi.Mount(ag)
+		endpoint.Mount(ag.Capabilities())
+		envd = envdapi.Mount(ag.Capabilities())
 	}
 	a := agenttest.New(t, opts)
 	return &agent{

@@ -20,7 +20,7 @@ const testToken = "host-test-token"
 // newAgent serves the agent with token ("" for one without: the first
 // /v1/init may set it).
 func newAgent(t testing.TB, token string) *agenttest.Agent {
-	return agenttest.New(t, agenttest.Options{Mount: func(a *agent.Agent) { endpoint.Mount(a) }, Config: agent.Config{Token: token}})
+	return agenttest.New(t, agenttest.Options{Mount: func(a *agent.Agent) { endpoint.Mount(a.Capabilities()) }, Config: agent.Config{Token: token}})
 }
 
 // post sends a host's JSON request with token ("" for none) and decodes

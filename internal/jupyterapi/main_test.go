@@ -59,8 +59,8 @@ func newAgent(t testing.TB, legacyOnly bool) *agent {
 	a := &agent{}
 	var mounted *jupyterapi.Server
 	ta := agenttest.New(t, agenttest.Options{Mount: func(ag *agentpkg.Agent) {
-		endpoint.Mount(ag)
-		mounted = jupyterapi.Mount(ag)
+		endpoint.Mount(ag.Capabilities())
+		mounted = jupyterapi.Mount(ag.Capabilities())
 	}, Config: agentpkg.Config{
 		Token: testToken, Reaper: reaper,
 		CutHook: func() {

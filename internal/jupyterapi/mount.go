@@ -1,11 +1,11 @@
 package jupyterapi
 
-import "github.com/rayito/rayito-agent/internal/agent"
+import "github.com/rayito/rayito-agent/internal/capabilities"
 
-// Mount builds jupyter_server's API over a's kernels and mounts it on a's
+// Mount builds jupyter_server's API over c's kernels and mounts it on c's
 // server.
-func Mount(a *agent.Agent) *Server {
-	s := New(Options{Kernels: a.Kernels, Traffic: a.Counter, Cuts: a.Cuts, Logger: a.Config.Logger, Origins: a.Config.Origins})
-	a.Server.Mount(s.Surface())
+func Mount(c capabilities.Set) *Server {
+	s := New(Options{Kernels: c.Kernels, Traffic: c.Traffic, Cuts: c.Cuts, Logger: c.Logger, Origins: c.Origins})
+	c.Server.Mount(s.Surface())
 	return s
 }
