@@ -1,7 +1,6 @@
 package proc
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -87,11 +86,10 @@ type memoryGuard struct {
 	ooms *OOMKills
 	log  *zap.Logger
 	g    MemoryGuard
-	// trigger is the PSI trigger's descriptor, stop an eventfd that ends
-	// the wait, done closed by Close for the sampling.
-	trigger, stop int
-	done          chan struct{}
-	ended         chan struct{}
+	// trigger wakes the guard once user work stalls (psitrigger.go);
+	// done is closed by Close for the sampling.
+	trigger *psiTrigger
+	done    chan struct{}
 }
 
 // guardSample is how often stalls are read once the trigger fired.
@@ -108,61 +106,27 @@ func (c *Cgroups) GuardMemory(g MemoryGuard, ooms *OOMKills, log *zap.Logger) er
 		log = zap.NewNop()
 	}
 	file := filepath.Join(c.user, "memory.pressure")
-	trigger, err := unix.Open(file, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("the memory guard needs %s (a kernel with PSI): %w", file, err)
-	}
+	m := &memoryGuard{c: c, ooms: ooms, log: log, g: g, done: make(chan struct{})}
 	// The trigger fires at half the kill's share in a 10 s window (the
 	// longest the kernel takes), so the sampling starts in time.
 	const window = 10 * time.Second
-	spec := fmt.Sprintf("some %d %d", int64(g.Share/2*float64(window/time.Microsecond)), window/time.Microsecond)
-	if _, err := unix.Write(trigger, append([]byte(spec), 0)); err != nil {
-		unix.Close(trigger)
-		return fmt.Errorf("the memory guard's trigger %q on %s: %w", spec, file, err)
-	}
-	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	t, err := startPSITrigger(file, time.Duration(g.Share/2*float64(window)), window, m.sample, func(err error) {
+		if err != nil {
+			log.Warn("the memory guard stopped", zap.Error(err))
+		}
+	})
 	if err != nil {
-		unix.Close(trigger)
-		return err
+		return fmt.Errorf("the memory guard needs %s (a kernel with PSI): %w", file, err)
 	}
-	m := &memoryGuard{c: c, ooms: ooms, log: log, g: g, trigger: trigger, stop: stop, done: make(chan struct{}), ended: make(chan struct{})}
+	m.trigger = t
 	c.guard = m
-	go m.run()
 	return nil
 }
 
+// close stops the guard: a sampling in progress first, then the wait.
 func (m *memoryGuard) close() {
 	close(m.done)
-	unix.Write(m.stop, []byte{1, 0, 0, 0, 0, 0, 0, 0})
-	<-m.ended
-	unix.Close(m.trigger)
-	unix.Close(m.stop)
-}
-
-// run waits for the trigger (in poll: one thread, asleep), then samples
-// until the stalls ease or it killed.
-func (m *memoryGuard) run() {
-	defer close(m.ended)
-	fds := []unix.PollFd{{Fd: int32(m.trigger), Events: unix.POLLPRI}, {Fd: int32(m.stop), Events: unix.POLLIN}}
-	for {
-		fds[0].Revents, fds[1].Revents = 0, 0
-		if _, err := unix.Poll(fds, -1); errors.Is(err, unix.EINTR) {
-			continue
-		} else if err != nil {
-			m.log.Warn("the memory guard stopped", zap.Error(err))
-			return
-		}
-		if fds[1].Revents != 0 {
-			return
-		}
-		if fds[0].Revents&unix.POLLERR != 0 {
-			m.log.Warn("the memory guard stopped: its cgroup is gone")
-			return
-		}
-		if fds[0].Revents&unix.POLLPRI != 0 && !m.sample() {
-			return
-		}
-	}
+	m.trigger.close()
 }
 
 // stallSample is the cumulative "some" stall (µs) at a moment.

@@ -1,8 +1,6 @@
 package proc
 
 import (
-	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -41,12 +39,12 @@ const spareStallPercent = 20.0
 // its limit is caught with it (seen in the test VM: an echo born in work
 // 6 s before the hog's OOM kill ran 2 s on the CPU reclaiming and waited
 // 4 s for it, while avg10 was still climbing to its threshold). So a PSI
-// trigger on work also counts: stalled for stallTriggerUs of a second,
+// trigger on work also counts: stalled for stallTrigger of a second,
 // the kernel wakes the gauge, and the stall counts for stallFresh.
 const (
-	stallTriggerUs = 100_000   // 10% of the window
-	stallWindowUs  = 1_000_000 // the kernel fires at most once a window
-	stallFresh     = 2 * time.Second
+	stallTrigger = 100 * time.Millisecond // 10% of the window
+	stallWindow  = time.Second            // the kernel fires at most once a window
+	stallFresh   = 2 * time.Second
 )
 
 // stallGauge says whether work is at its memory limit and stalled there
@@ -62,18 +60,17 @@ type stallGauge struct {
 	// half the spare's memory of work's memory.high (its memory.max when
 	// the user has no swap), where a runaway is held.
 	atLimit int64
-	// fired is when the trigger last fired (UnixNano; 0: never); watch
-	// sets it. trigger and stop are its descriptors (-1: not watching).
-	fired         atomic.Int64
-	trigger, stop int
-	ended         chan struct{}
+	// fired is when the trigger last fired (UnixNano; 0: never);
+	// trigger sets it (nil: not watching).
+	fired   atomic.Int64
+	trigger *psiTrigger
 }
 
 // openStallGauge opens work's files (dir), whose limit l gives; nil if
 // the kernel has no memory.pressure (no PSI: every start goes to work,
 // as before).
 func openStallGauge(dir string, l CgroupLimits) *stallGauge {
-	g := &stallGauge{current: -1, pressure: -1, trigger: -1, stop: -1,
+	g := &stallGauge{current: -1, pressure: -1,
 		atLimit: l.MemoryHigh - SpareMemory(l) - SpareMemory(l)/2}
 	var err error
 	if g.current, err = unix.Open(dir+"/memory.current", unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
@@ -87,51 +84,23 @@ func openStallGauge(dir string, l CgroupLimits) *stallGauge {
 }
 
 // watch sets a PSI trigger on dir's memory.pressure and notes each time
-// it fires, in a thread asleep in poll until close. Without it (an error)
-// the gauge has avg10 alone.
+// it fires (psitrigger.go). Without it (an error) the gauge has avg10
+// alone.
 func (g *stallGauge) watch(dir string) error {
-	trigger, err := unix.Open(dir+"/memory.pressure", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	spec := fmt.Sprintf("some %d %d", stallTriggerUs, stallWindowUs)
-	if _, err := unix.Write(trigger, append([]byte(spec), 0)); err != nil {
-		unix.Close(trigger)
-		return fmt.Errorf("the trigger %q: %w", spec, err)
-	}
-	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		unix.Close(trigger)
-		return err
-	}
-	g.trigger, g.stop, g.ended = trigger, stop, make(chan struct{})
-	go func() {
-		defer close(g.ended)
-		fds := []unix.PollFd{{Fd: int32(trigger), Events: unix.POLLPRI}, {Fd: int32(stop), Events: unix.POLLIN}}
-		for {
-			fds[0].Revents, fds[1].Revents = 0, 0
-			if _, err := unix.Poll(fds, -1); errors.Is(err, unix.EINTR) {
-				continue
-			} else if err != nil || fds[1].Revents != 0 || fds[0].Revents&unix.POLLERR != 0 {
-				return // closed, or the cgroup is gone
-			}
-			if fds[0].Revents&unix.POLLPRI != 0 {
-				g.fired.Store(time.Now().UnixNano())
-			}
-		}
-	}()
-	return nil
+	t, err := startPSITrigger(dir+"/memory.pressure", stallTrigger, stallWindow, func() bool {
+		g.fired.Store(time.Now().UnixNano())
+		return true
+	}, nil)
+	g.trigger = t
+	return err
 }
 
 func (g *stallGauge) close() {
 	if g == nil {
 		return
 	}
-	if g.ended != nil {
-		unix.Write(g.stop, []byte{1, 0, 0, 0, 0, 0, 0, 0})
-		<-g.ended
-	}
-	for _, fd := range []int{g.current, g.pressure, g.trigger, g.stop} {
+	g.trigger.close()
+	for _, fd := range []int{g.current, g.pressure} {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
