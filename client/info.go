@@ -109,6 +109,11 @@ type LastResume struct {
 	ResetError       string `json:"reset_error"`
 	// Network is what the network repair did, in a sandbox VM.
 	Network *NetworkRepair `json:"network"`
+	// Steps are the resume sequence's steps, in order, once it is over
+	// (protocol.md section 7); LateSteps what later reports of the same
+	// restore did (the host's after the guest noticed it by itself).
+	Steps     []PauseStep `json:"steps"`
+	LateSteps []PauseStep `json:"late_steps"`
 }
 
 // NetworkRepair is what a resume did to the guest's network.

@@ -48,7 +48,8 @@ func (a PauseAnswer) Step(name string) (PauseStep, bool) {
 	return PauseStep{}, false
 }
 
-// PauseStep is one step of a pause or a thaw.
+// PauseStep is one step of a lifecycle sequence: a pause, a thaw or a
+// resume.
 type PauseStep struct {
 	Step string `json:"step"`
 	// Status is "done", "skipped", "failed", "running" (still running

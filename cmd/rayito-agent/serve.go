@@ -375,7 +375,7 @@ func run(cfg config, log *zap.Logger) error {
 		MaxIdle: cfg.maxIdle, MaxHold: cfg.maxHold, MaxKernels: cfg.maxKernels, KernelStart: cfg.kernelStart,
 		Reseed: cfg.reseed, EnvdOpen: cfg.envdOpen, E2BAPI: cfg.e2bAPI,
 		Reaper: reaper, Cgroups: cgroups, SetClock: wallClock(cfg, log, &jump),
-		Resume: resume.Options{
+		Machine: resume.Machine{
 			KernelCheck: cfg.kernelCheck, WholeVM: wholeVM, WholeVMWhy: wholeVMWhy,
 			Detect: func() bool { d := jump.Load(); return d != nil && d.Check() },
 			Rebaseline: func() {

@@ -75,10 +75,10 @@ type Config struct {
 	// SetClock sets the wall clock from the host's time, or says why it
 	// does not; nil: it never does.
 	SetClock func(time.Time) error
-	// Resume is the machine's part of the resume manager (the kernel check,
-	// the whole VM, hooks, the lifecycle file, the network, the clock jump
-	// detector); New adds the wiring to the rest of the agent.
-	Resume resume.Options
+	// Machine is what the machine offers the lifecycle (the kernel check's
+	// bound, the whole VM, hooks, the lifecycle file, the network, the
+	// clock jump detector); New wires the agent's managers beside it.
+	Machine resume.Machine
 	// OnNewSandbox runs, beside the agent's own renewal, when the host
 	// names another sandbox (a new machine id).
 	OnNewSandbox func(id string)
@@ -187,8 +187,7 @@ func (a *Agent) buildManagers(cfg Config) error {
 	// The resume manager cuts what every surface registers here, and
 	// the registry reads the generation the manager publishes.
 	a.Cuts = surface.NewCuts(func() uint64 { return a.Resumer.Generation() })
-	ro := cfg.Resume
-	ro.StateDir, ro.Logger, ro.Reseed = cfg.StateDir, log.Named("resume"), cfg.Reseed
+	ro := resume.Options{Machine: cfg.Machine, StateDir: cfg.StateDir, Logger: log.Named("resume"), Reseed: cfg.Reseed}
 	ro.Sessions = a.Cuts
 	if hook := cfg.CutHook; hook != nil {
 		ro.Sessions = cutsFunc(func(ctx context.Context, gen uint64) {

@@ -69,35 +69,6 @@ func sandboxIDByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':'
 }
 
-// reseed is the clone-safety step of a resume: the CRNG re-key, then the
-// kernels' reseed, filled into last. It runs before the generation is
-// published.
-func (m *Manager) rekey(host []byte, last *LastResume) {
-	if !m.o.Reseed {
-		last.ReseedError = "turned off (--reseed-on-resume=false)"
-		return
-	}
-	sources, err := m.crng.Rekey(host)
-	last.EntropySources = sources
-	last.Reseeded = err == nil
-	if err != nil {
-		last.ReseedError = err.Error()
-		m.log.Warn("the kernel CRNG was not re-keyed", zap.Error(err))
-	}
-}
-
-func (m *Manager) reseedKernels(ctx context.Context, last *LastResume) {
-	if !m.o.Reseed || m.o.KernelReseed == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, m.o.KernelCheck)
-	defer cancel()
-	last.KernelsReseeded, last.KernelsNotReseeded = m.o.KernelReseed.Reseed(ctx)
-	for _, k := range last.KernelsNotReseeded {
-		m.log.Warn("a kernel was not reseeded: its PRNGs may equal those of other sandboxes made from the same snapshot", zap.String("kernel", k.Kernel), zap.String("reason", k.Reason))
-	}
-}
-
 // Init applies what a host's /v1/init says about clone safety: entropy is
 // mixed in and the CRNG re-keyed (when reseeding is on), and a sandbox id
 // other than the last renews the agent's identity. It reports whether

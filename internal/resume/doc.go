@@ -1,5 +1,13 @@
-// Package resume takes the sandbox through a pause and the restore that
-// follows, and runs the agent's resume sequence exactly once per restore.
+// Package resume is the sandbox's lifecycle: it takes the sandbox through
+// a pause and the restore that follows, and runs the agent's resume
+// sequence exactly once per restore. (The name is the one the project's
+// layout fixes; what it holds is every lifecycle sequence.)
+//
+// Each sequence (a pause's quiesce, its thaw, a resume, a later report of
+// a resume) is an ordered list of named steps run by one runner
+// (sequence.go), which records each step's status, time and words for
+// the answers and /health: adding a step is one function and one row in
+// its sequence's list (resumesteps.go for the resume's).
 //
 // A pause comes in two phases (pause.go). Before the host freezes the VM
 // it calls Pause: clients are told, pre-pause hooks run, user work is

@@ -65,7 +65,7 @@ func TestAbortThawsFilesystemsBeforeUserWork(t *testing.T) {
 	}
 	j := &journal{}
 	journalFS(t, j)
-	m := journaled(j, false, Options{WholeVM: true})
+	m := journaled(j, false, Options{Machine: Machine{WholeVM: true}})
 	req := pauseReq()
 	req.Mode = ModeFilesystem
 	if _, err := m.Pause(context.Background(), req); err != nil {

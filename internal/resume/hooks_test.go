@@ -151,7 +151,7 @@ func TestHooksRunAsTheirOwner(t *testing.T) {
 func TestLifecycleFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "run", "lifecycle.json")
 	j := &journal{}
-	m := journaled(j, false, Options{LifecycleFile: file})
+	m := journaled(j, false, Options{Machine: Machine{LifecycleFile: file}})
 	read := func() Lifecycle {
 		t.Helper()
 		var l Lifecycle
@@ -187,7 +187,7 @@ func TestCloneHooksRunOnceWhicheverReportNamesIt(t *testing.T) {
 	dir := hookTree(t, HookPostClone, map[string]string{"10-mark": `echo "$RAYITO_SANDBOX_ID $RAYITO_RESUME_GENERATION" >> ` + out})
 	for _, guestFirst := range []bool{false, true} {
 		os.Remove(out)
-		m, err := New(Options{Hooks: &Hooks{Dir: dir, Spawn: spawnForTest}})
+		m, err := New(Options{Machine: Machine{Hooks: &Hooks{Dir: dir, Spawn: spawnForTest}}})
 		if err != nil {
 			t.Fatal(err)
 		}

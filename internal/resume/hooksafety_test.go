@@ -311,7 +311,7 @@ func TestOvertakenPauseStartsNoMoreHooks(t *testing.T) {
 	}
 	dir := hookTree(t, HookPrePause, scripts)
 	j := &journal{}
-	m := journaled(j, false, Options{Hooks: &Hooks{Dir: dir, Spawn: spawnForTest}})
+	m := journaled(j, false, Options{Machine: Machine{Hooks: &Hooks{Dir: dir, Spawn: spawnForTest}}})
 	req := pauseReq()
 	req.Deadline = 300 * time.Millisecond
 	a, err := m.Pause(context.Background(), req)

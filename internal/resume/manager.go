@@ -3,6 +3,7 @@ package resume
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"sync"
 	"syscall"
@@ -61,41 +62,45 @@ type Sessions interface {
 	CutForResume(ctx context.Context, gen uint64)
 }
 
-// Options configures a Manager. Nil interfaces are skipped.
+// Options configures a Manager: the agent's parts that the sequences act
+// on, and what the machine offers (Machine). Nil parts are skipped, and
+// their steps say so.
 type Options struct {
+	Machine
 	StateDir string
-	Kernels  Kernels
-	Sessions Sessions
-	// SetClock sets CLOCK_REALTIME; nil uses clock_settime.
-	SetClock func(t time.Time) error
-	// OnResume runs after each sequence (the idle clock resets there).
-	OnResume func()
-	// Rebaseline runs as each new resume sequence starts: the clock jump
-	// detector takes new baselines there, so that the jump of a restore
-	// already reported (the host's report came before the detector's
-	// next tick) is not reported again later, as a restore of the next
-	// pause. Nil does nothing.
-	Rebaseline func()
-	// KernelCheck bounds the kernel check, and the kernels' reseed; 0 is
-	// DefaultKernelCheck.
-	KernelCheck time.Duration
-	Logger      *zap.Logger
+	Logger   *zap.Logger
 	// Reseed turns on the clone-safety steps of every resume (clone.go):
 	// the CRNG re-key and the kernels' reseed (--reseed-on-resume).
 	Reseed bool
 	// CRNG re-keys the kernel CRNG; nil is NewCRNG().
 	CRNG Rekeyer
-	// KernelReseed reseeds the kernels' PRNGs; nil skips it.
+	// SetClock sets CLOCK_REALTIME; nil uses clock_settime.
+	SetClock func(t time.Time) error
+
+	// The agent's managers: the kernels (checked and reseeded by a
+	// resume), the native clients (told of a pause and its end), the
+	// endpoint (cut by a resume), user work (frozen by a pause). UserWork
+	// nil skips the freeze, saying UserWorkOff.
+	Kernels      Kernels
 	KernelReseed KernelReseeder
+	Clients      Clients
+	Sessions     Sessions
+	UserWork     UserWork
+	UserWorkOff  string
+	// OnResume runs after each sequence (the idle clock resets there).
+	OnResume func()
 	// OnNewSandbox renews the agent's identity when the host names
 	// another sandbox than the last (clone.go).
 	OnNewSandbox func(sandboxID string)
+}
 
-	// What a pause acts on (pause.go). Clients nil skips telling them;
-	// UserWork nil skips the freeze, saying UserWorkOff.
-	Clients     Clients
-	UserWork    UserWork
-	UserWorkOff string
+// Machine is what the machine the agent runs on offers the sequences: the
+// command line and the image decide it (cmd/rayito-agent), not the
+// agent's managers.
+type Machine struct {
+	// KernelCheck bounds the kernel check, and the kernels' reseed; 0 is
+	// DefaultKernelCheck.
+	KernelCheck time.Duration
 	// WholeVM allows the pause's steps that act on the whole machine
 	// (FIFREEZE, dropping caches, compaction): in a sandbox VM, not on a
 	// shared machine, which WholeVMWhy then names.
@@ -104,6 +109,12 @@ type Options struct {
 	// Detect runs the guest's restore detectors once, before a pause
 	// thaws by itself; true if one saw a restore and reported it.
 	Detect func() bool
+	// Rebaseline runs as each new resume sequence starts: the clock jump
+	// detector takes new baselines there, so that the jump of a restore
+	// already reported (the host's report came before the detector's
+	// next tick) is not reported again later, as a restore of the next
+	// pause. Nil does nothing.
+	Rebaseline func()
 	// Hooks are the sandbox's lifecycle hooks (hooks.go); nil runs none.
 	Hooks *Hooks
 	// LifecycleFile is the lifecycle feed (lifecycle.go); "" writes none.
@@ -114,9 +125,9 @@ type Options struct {
 	// (0: only clones), while user work is still frozen.
 	ResetTCP   func() ([]Conn, error)
 	StaleAfter time.Duration
-	// RepairNetwork applies the host's network facts, forgets the
-	// neighbours and announces the guest's addresses (netconf.Repair) at
-	// every resume, before user work thaws; nil never does.
+	// RepairNetwork applies the host's facts, forgets the neighbours and
+	// announces the guest's addresses (netconf.Repair) at every resume,
+	// before user work thaws; nil never does.
 	RepairNetwork func(netconf.Facts) netconf.Report
 }
 
@@ -281,154 +292,10 @@ func (m *Manager) Resume(ctx context.Context, r Report) State {
 			m.finishPause(p, "resume", false)
 		}
 		m.log.Debug("resume already handled", zap.String("source", string(r.Source)))
-		if r.TimeUnixNs > 0 {
-			m.setClock(r.TimeUnixNs, arrived)
-		}
-		// The host's bytes came after the guest noticed the restore by
-		// itself: they are mixed in now, on top of the earlier re-key.
-		if len(r.Entropy) > 0 && m.o.Reseed {
-			if sources, err := m.crng.Rekey(r.Entropy); err == nil {
-				m.amendLast(func(l *LastResume) {
-					l.Reseeded = true
-					l.EntropySources = mergeSources(l.EntropySources, sources)
-				})
-			}
-		}
-		if m.o.RepairNetwork != nil && !r.Network.Empty() {
-			// The host's facts came after the guest noticed the restore
-			// by itself: applied now.
-			rep := m.o.RepairNetwork(r.Network)
-			m.amendLast(func(l *LastResume) { l.Network = &rep })
-		}
-		if m.adopt(r.SandboxID) {
-			// The guest noticed this clone's restore before the host
-			// named it: its connections are reset now, late.
-			// So are its post-clone hooks.
-			var late LastResume
-			m.resetStale(&late)
-			if m.o.Hooks != nil {
-				env := HookEnv{Generation: m.Generation(), SandboxID: m.sandboxID(), Clone: true}
-				late.Hooks = m.o.Hooks.Run(ctx, HookPostClone, env, nil)
-			}
-			m.amendLast(func(l *LastResume) {
-				l.NewSandbox = true
-				l.ConnectionsReset = append(l.ConnectionsReset[:len(l.ConnectionsReset):len(l.ConnectionsReset)], late.ConnectionsReset...)
-				l.ResetError = late.ResetError
-				l.Hooks = append(l.Hooks[:len(l.Hooks):len(l.Hooks)], late.Hooks...)
-			})
-			m.writeLifecycle()
-		}
-		return m.remember(r.ResumeID, m.State())
+		m.runLate(ctx, r, arrived)
+	} else {
+		m.runResume(ctx, r, p, arrived)
 	}
-	start := time.Now()
-	if m.o.Rebaseline != nil {
-		m.o.Rebaseline()
-	}
-	if r.TimeUnixNs > 0 {
-		m.setClock(r.TimeUnixNs, arrived)
-	}
-	// Clone safety first: nothing below (the kernel check's messages, the
-	// kernels' reseed) may draw from the CRNG the clones still share.
-	last := &LastResume{Source: r.Source, ResumeID: r.ResumeID, AtUnixMs: start.UnixMilli()}
-	m.rekey(r.Entropy, last)
-	var paused int64
-	if p != nil {
-		paused = p.pausedMs()
-		last.PausedMs = &paused
-	}
-	clone := r.SandboxID != "" && r.SandboxID != m.sandboxID()
-	if clone || (p != nil && m.o.StaleAfter > 0 && time.Duration(paused)*time.Millisecond > m.o.StaleAfter) {
-		// Before the thaw: the owners' first step after it fails at once.
-		m.resetStale(last)
-	}
-	if m.o.RepairNetwork != nil {
-		rep := m.o.RepairNetwork(r.Network)
-		last.Network = &rep
-	}
-	if p != nil {
-		// Only now, with the new clock and CRNG, does user work run
-		// again: kernels with it, just before their check and reseed.
-		m.thaw(p, "resume")
-	}
-	// A kernel counts as lost if it stopped answering or died since the
-	// last resume: either way its variables are gone. One already reported
-	// lost or dead then is not reported again. A slow one (alive, no
-	// answer yet) is not lost: the check follows it, and KernelLost says
-	// if it never answers.
-	lost := false
-	gone := map[string]bool{}
-	if m.o.Kernels != nil {
-		cctx, cancel := context.WithTimeout(ctx, m.o.KernelCheck)
-		checked := m.o.Kernels.Check(cctx)
-		cancel()
-		m.mu.Lock()
-		for _, k := range checked {
-			if k.State == "lost" || k.State == "dead" {
-				gone[k.Kernel] = true
-				lost = lost || !m.goneBefore[k.Kernel]
-			}
-		}
-		m.mu.Unlock()
-	}
-	m.mu.Lock()
-	m.goneBefore = gone
-	m.mu.Unlock()
-	m.reseedKernels(ctx, last)
-	last.NewSandbox = m.adopt(r.SandboxID)
-	// On disk before anyone sees it: a crash right after a client read
-	// the new generation must not bring the agent back with the old one.
-	// Only Resume changes gen, and it runs one at a time.
-	gen := m.Generation() + 1
-	if m.o.Hooks != nil {
-		// After the thaw, before the generation is published (health
-		// says ready): a clone's hooks first, then every resume's.
-		env := HookEnv{Generation: gen, SandboxID: m.sandboxID(), Clone: last.NewSandbox}
-		if last.PausedMs != nil {
-			env.PausedMs = *last.PausedMs
-		}
-		if last.NewSandbox {
-			last.Hooks = append(last.Hooks, m.o.Hooks.Run(ctx, HookPostClone, env, nil)...)
-		}
-		last.Hooks = append(last.Hooks, m.o.Hooks.Run(ctx, HookPostResume, env, nil)...)
-	}
-	if err := m.persistGeneration(gen); err != nil {
-		m.log.Error("saving the new generation failed: after a crash the agent would report an older one", zap.Uint64("generation", gen), zap.Error(err))
-	}
-	m.mu.Lock()
-	m.gen = gen
-	m.lost = lost
-	m.lostKernels = nil
-	// Published with the generation, so a health read showing gen also
-	// shows which resume it was.
-	m.last = last
-	m.mu.Unlock()
-	if p != nil && m.o.Clients != nil {
-		m.o.Clients.Resumed(gen, false)
-	}
-	if m.o.Sessions != nil {
-		cctx, cancel := context.WithTimeout(ctx, CutBound)
-		m.o.Sessions.CutForResume(cctx, gen)
-		cancel()
-	}
-	if m.o.OnResume != nil {
-		m.o.OnResume()
-	}
-	m.mu.Lock()
-	// A new value: State hands the old pointer to readers.
-	done := *m.last
-	// From the report's arrival: what the caller waited, the end of an
-	// overtaken pause and an earlier sequence included.
-	done.DurationMs = time.Since(arrived).Milliseconds()
-	m.last = &done
-	// The window runs from the end of the sequence: reports of this
-	// restore that waited behind a slow kernel check still belong to it.
-	m.dedup.at = time.Now()
-	m.mu.Unlock()
-	m.writeLifecycle()
-	m.log.Info("resumed", zap.Uint64("generation", gen), zap.String("source", string(r.Source)),
-		zap.Bool("kernel_state_lost", lost), zap.Bool("reseeded", last.Reseeded), zap.Strings("entropy_sources", last.EntropySources),
-		zap.Int("kernels_reseeded", len(last.KernelsReseeded)), zap.Int("kernels_not_reseeded", len(last.KernelsNotReseeded)),
-		zap.Duration("took", time.Since(start)))
 	return m.remember(r.ResumeID, m.State())
 }
 
@@ -514,7 +381,7 @@ func (m *Manager) remember(id string, s State) State {
 
 // setClock sets the wall clock to the host's time ns, plus the time since
 // the report arrived.
-func (m *Manager) setClock(ns int64, arrived time.Time) {
+func (m *Manager) setClock(ns int64, arrived time.Time) error {
 	t := time.Unix(0, ns).Add(time.Since(arrived))
 	err := m.o.SetClock(t)
 	switch {
@@ -522,9 +389,11 @@ func (m *Manager) setClock(ns int64, arrived time.Time) {
 		m.log.Info("clock set from host", zap.Time("time", t))
 	case errors.Is(err, syscall.EPERM):
 		m.log.Warn("cannot set the clock: the agent lacks CAP_SYS_TIME", zap.Error(err))
+		err = fmt.Errorf("the agent lacks CAP_SYS_TIME: %w", err)
 	default:
 		m.log.Warn("cannot set the clock", zap.Error(err))
 	}
+	return err
 }
 
 // KernelsChanged persists the current set of live kernels; call it when
@@ -583,34 +452,4 @@ func (m *Manager) liveKernels() []string {
 func SetRealtime(t time.Time) error {
 	ts := unix.NsecToTimespec(t.UnixNano())
 	return unix.ClockSettime(unix.CLOCK_REALTIME, &ts)
-}
-
-// resetStale resets stale TCP connections (Options.ResetTCP) and records
-// what it did in last.
-func (m *Manager) resetStale(last *LastResume) {
-	if m.o.ResetTCP == nil {
-		return
-	}
-	conns, err := m.o.ResetTCP()
-	last.ConnectionsReset = append(last.ConnectionsReset, conns...)
-	if err != nil {
-		last.ResetError = err.Error()
-		m.log.Warn("resetting stale TCP connections", zap.Error(err))
-	}
-	if len(conns) > 0 {
-		m.log.Info("stale TCP connections reset", zap.Int("connections", len(conns)))
-	}
-}
-
-// amendLast changes the published last resume: a new value, since State
-// hands the old one's pointer to readers (the lists amended must be
-// appended to past their length, never in place).
-func (m *Manager) amendLast(f func(*LastResume)) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.last != nil {
-		upd := *m.last
-		f(&upd)
-		m.last = &upd
-	}
 }

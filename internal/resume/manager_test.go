@@ -193,7 +193,7 @@ func (k *slowKernels) List() []KernelHealth { return nil }
 func TestHostTimeCountsTheWait(t *testing.T) {
 	var got atomic.Int64
 	k := &slowKernels{checking: make(chan struct{}), release: make(chan struct{})}
-	m, _ := New(Options{Kernels: k, KernelCheck: time.Minute, SetClock: func(t time.Time) error { got.Store(t.UnixNano()); return nil }})
+	m, _ := New(Options{Kernels: k, Machine: Machine{KernelCheck: time.Minute}, SetClock: func(t time.Time) error { got.Store(t.UnixNano()); return nil }})
 	detected := make(chan struct{})
 	go func() {
 		defer close(detected)
@@ -307,7 +307,7 @@ func TestHostResumeAbsorbsTheClockJump(t *testing.T) {
 	var fired atomic.Int32
 	d := watchClocks(clocks, nil, time.Hour, func() { fired.Add(1) }) // checked by hand below
 	defer d.Close()
-	m, err := New(Options{StateDir: t.TempDir(), SetClock: func(time.Time) error { return nil }, Rebaseline: d.Rebaseline})
+	m, err := New(Options{StateDir: t.TempDir(), SetClock: func(time.Time) error { return nil }, Machine: Machine{Rebaseline: d.Rebaseline}})
 	if err != nil {
 		t.Fatal(err)
 	}

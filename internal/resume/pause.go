@@ -66,28 +66,6 @@ type PauseRequest struct {
 	ThawAfter time.Duration
 }
 
-// StepStatus is how far a step of a pause or thaw got.
-type StepStatus string
-
-const (
-	StepDone    StepStatus = "done"
-	StepSkipped StepStatus = "skipped"
-	StepFailed  StepStatus = "failed"
-	// StepRunning: still running when the answer was due (the deadline).
-	StepRunning StepStatus = "running"
-	// StepNotStarted: the deadline passed, or a resume or abort came,
-	// before it.
-	StepNotStarted StepStatus = "not_started"
-)
-
-// Step is one step of a pause or a thaw, as the answer reports it.
-type Step struct {
-	Step   string     `json:"step"`
-	Status StepStatus `json:"status"`
-	Ms     float64    `json:"ms"`
-	Detail string     `json:"detail,omitempty"`
-}
-
 // Names of the steps.
 const (
 	stepNotify   = "notify"
@@ -160,8 +138,10 @@ type pause struct {
 	// (takePauseFor). Guarded by the Manager's pmu.
 	before dedupState
 
+	steps steps // the quiesce's, ending with ctx
+
 	mu     sync.Mutex
-	answer PauseAnswer
+	answer PauseAnswer // but its Steps: steps has them
 	frozen []frozenFS
 	user   bool // user work was frozen
 	timer  *time.Timer
@@ -178,50 +158,10 @@ func (p *pause) snapshot() PauseAnswer {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	a := p.answer
-	a.Steps = append([]Step(nil), a.Steps...)
+	a.Steps = p.steps.snapshot()
 	a.Hooks = append([]HookResult(nil), a.Hooks...)
 	return a
 }
-
-// step runs one step of the quiesce and records it; f returns the
-// step's words and its error, or skip with the reason it did nothing.
-func (p *pause) step(name string, f func() (detail string, skip bool, err error)) {
-	p.mu.Lock()
-	if p.ctx.Err() != nil {
-		why := "past the deadline"
-		if !errors.Is(context.Cause(p.ctx), context.DeadlineExceeded) {
-			why = context.Cause(p.ctx).Error()
-		}
-		p.answer.Steps = append(p.answer.Steps, Step{Step: name, Status: StepNotStarted, Detail: why})
-		p.mu.Unlock()
-		return
-	}
-	i := len(p.answer.Steps)
-	p.answer.Steps = append(p.answer.Steps, Step{Step: name, Status: StepRunning})
-	p.mu.Unlock()
-	start := time.Now()
-	detail, skip, err := f()
-	s := Step{Step: name, Status: StepDone, Ms: ms(time.Since(start)), Detail: detail}
-	switch {
-	case skip:
-		s.Status = StepSkipped
-	case err != nil:
-		s.Status = StepFailed
-		s.Detail = joinDetail(detail, err.Error())
-	}
-	p.mu.Lock()
-	p.answer.Steps[i] = s
-	p.mu.Unlock()
-}
-
-func joinDetail(a, b string) string {
-	if a == "" {
-		return b
-	}
-	return a + ": " + b
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // Pause quiesces the sandbox for a pause (the steps in the package doc)
 // and answers by the request's deadline with what is done. A pause while
@@ -242,6 +182,7 @@ func (m *Manager) Pause(ctx context.Context, req PauseRequest) (PauseAnswer, err
 		pctx, release := context.WithDeadline(base, time.Now().Add(req.Deadline))
 		p = &pause{req: req, started: time.Now(), ctx: pctx, base: base, release: release, done: make(chan struct{}),
 			cancel: func() { cancelCause(errResumeFirst); release() }}
+		p.steps.ctx = pctx
 		p.answer = PauseAnswer{State: "pausing", Mode: req.Mode, Shrink: req.Shrink, ThawAfterMs: req.ThawAfter.Milliseconds(), AtUnixMs: p.started.UnixMilli()}
 		m.mu.Lock()
 		p.before = m.dedup.clone()
@@ -283,7 +224,7 @@ func (m *Manager) quiesce(p *pause) {
 	p.answer.Generation = gen
 	p.answer.MemAvailableBefore = memAvailable()
 	p.mu.Unlock()
-	p.step(stepNotify, func() (string, bool, error) {
+	p.steps.run(stepNotify, func() (string, bool, error) {
 		if m.o.Clients == nil {
 			return "no native endpoint", true, nil
 		}
@@ -293,7 +234,7 @@ func (m *Manager) quiesce(p *pause) {
 	if m.o.Hooks != nil {
 		// Before the freeze, while the programs they talk to still run;
 		// bounded by their own timeout, not the pause's deadline.
-		p.step(stepHooks, func() (string, bool, error) {
+		p.steps.run(stepHooks, func() (string, bool, error) {
 			rs := m.o.Hooks.Run(p.base, HookPrePause, HookEnv{Generation: gen, SandboxID: m.sandboxID()}, func(rs []HookResult) {
 				// The answer shows which hook runs, if the deadline comes first.
 				p.mu.Lock()
@@ -306,7 +247,7 @@ func (m *Manager) quiesce(p *pause) {
 			return hooksDetail(rs), false, nil
 		})
 	}
-	p.step(stepFreeze, func() (string, bool, error) {
+	p.steps.run(stepFreeze, func() (string, bool, error) {
 		if m.o.UserWork == nil {
 			return "user work is not isolated: " + m.o.UserWorkOff, true, nil
 		}
@@ -319,7 +260,7 @@ func (m *Manager) quiesce(p *pause) {
 		return "user work frozen", false, nil
 	})
 	fss, fsErr := writableFilesystems()
-	p.step(stepSync, func() (string, bool, error) {
+	p.steps.run(stepSync, func() (string, bool, error) {
 		if fsErr != nil {
 			return "", false, fsErr
 		}
@@ -327,7 +268,7 @@ func (m *Manager) quiesce(p *pause) {
 		return d, false, err
 	})
 	if p.req.Mode == ModeFilesystem {
-		p.step(stepFSFreeze, func() (string, bool, error) {
+		p.steps.run(stepFSFreeze, func() (string, bool, error) {
 			if !m.o.WholeVM {
 				return "the filesystems are shared with the machine: " + m.o.WholeVMWhy, true, nil
 			}
@@ -339,7 +280,7 @@ func (m *Manager) quiesce(p *pause) {
 		})
 	}
 	if p.req.Shrink != ShrinkNone {
-		p.step(stepShrink, func() (string, bool, error) {
+		p.steps.run(stepShrink, func() (string, bool, error) {
 			d, err := shrinkMemory(p.req.Shrink, m.o.WholeVM, m.o.WholeVMWhy)
 			return d, false, err
 		})
@@ -349,8 +290,8 @@ func (m *Manager) quiesce(p *pause) {
 	p.answer.DurationMs = ms(time.Since(p.started))
 	p.answer.State = "paused"
 	p.answer.DeadlinePassed = errors.Is(context.Cause(p.ctx), context.DeadlineExceeded)
-	a := p.answer
 	p.mu.Unlock()
+	a := p.snapshot()
 	m.pmu.Lock()
 	if m.pause == p {
 		p.timer = time.AfterFunc(p.req.ThawAfter, func() { m.autoThaw(p) })
@@ -412,29 +353,26 @@ func (m *Manager) takePauseIf(take func(*pause) bool) *pause {
 // thaw undoes what p froze, filesystems first (a thawed process may
 // write at once), and records how the pause ended.
 func (m *Manager) thaw(p *pause, ended string) []Step {
-	steps := []Step{}
+	var thaw steps
 	p.mu.Lock()
 	frozen, user := p.frozen, p.user
 	p.frozen = nil
 	p.mu.Unlock()
 	if len(frozen) > 0 {
-		start := time.Now()
-		d, err := thawFilesystems(frozen)
-		s := Step{Step: stepFSThaw, Status: StepDone, Ms: ms(time.Since(start)), Detail: d}
-		if err != nil {
-			s.Status, s.Detail = StepFailed, joinDetail(d, err.Error())
-		}
-		steps = append(steps, s)
+		thaw.run(stepFSThaw, func() (string, bool, error) {
+			d, err := thawFilesystems(frozen)
+			return d, false, err
+		})
 	}
 	if user {
-		start := time.Now()
-		s := Step{Step: stepThaw, Status: StepDone, Detail: "user work thawed"}
-		if err := m.o.UserWork.Thaw(); err != nil {
-			s.Status, s.Detail = StepFailed, err.Error()
-		}
-		s.Ms = ms(time.Since(start))
-		steps = append(steps, s)
+		thaw.run(stepThaw, func() (string, bool, error) {
+			if err := m.o.UserWork.Thaw(); err != nil {
+				return "", false, err
+			}
+			return "user work thawed", false, nil
+		})
 	}
+	steps := thaw.snapshot()
 	end := &PauseEnd{AtUnixMs: p.started.UnixMilli(), Mode: p.req.Mode, Shrink: p.req.Shrink, Ended: ended,
 		PausedMs: p.pausedMs(), Thaw: steps}
 	m.mu.Lock()

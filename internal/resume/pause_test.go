@@ -223,12 +223,12 @@ func TestAutoThawAsksTheDetectorsFirst(t *testing.T) {
 	for _, restored := range []bool{true, false} {
 		j := &journal{}
 		var m *Manager
-		m = journaled(j, false, Options{Detect: func() bool {
+		m = journaled(j, false, Options{Machine: Machine{Detect: func() bool {
 			if restored {
 				go m.Resume(context.Background(), Report{Source: SourceClock})
 			}
 			return restored
-		}})
+		}}})
 		req := pauseReq()
 		req.ThawAfter = 20 * time.Millisecond
 		if _, err := m.Pause(context.Background(), req); err != nil {

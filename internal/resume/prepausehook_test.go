@@ -16,7 +16,7 @@ func TestPrePauseHookOutlivesThePauseDeadline(t *testing.T) {
 	flushed := filepath.Join(t.TempDir(), "flushed")
 	dir := hookTree(t, HookPrePause, map[string]string{"1-flush": "sleep 1; echo done > " + flushed})
 	j := &journal{}
-	m := journaled(j, false, Options{Hooks: &Hooks{Dir: dir, Timeout: 5 * time.Second, Spawn: spawnForTest}})
+	m := journaled(j, false, Options{Machine: Machine{Hooks: &Hooks{Dir: dir, Timeout: 5 * time.Second, Spawn: spawnForTest}}})
 	req := pauseReq()
 	req.Deadline = 300 * time.Millisecond
 	a, err := m.Pause(context.Background(), req)

@@ -68,6 +68,12 @@ type LastResume struct {
 	// Network is what the network repair did: the host's facts applied,
 	// neighbours forgotten, addresses announced.
 	Network *netconf.Report `json:"network,omitempty"`
+	// Steps are the sequence's steps (resumesteps.go), once it is over.
+	Steps []Step `json:"steps,omitempty"`
+	// LateSteps are what later reports of the same restore did (the
+	// host's report after a guest detector's): the steps that brought
+	// something, appended in their order.
+	LateSteps []Step `json:"late_steps,omitempty"`
 }
 
 // withLists returns l with empty lists where it has none, so that
