@@ -129,19 +129,29 @@ func (h Host) Traffic(ctx context.Context) (Traffic, error) {
 }
 
 func (h Host) post(ctx context.Context, path string, body, out any) error {
-	base, _, dial, err := endpointURLs(h.URL)
-	if err != nil {
-		return err
-	}
 	b, err := json.Marshal(body)
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(b))
+	status, data, err := h.send(ctx, path, "application/json", bytes.NewReader(b))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	return decodeAnswer("POST "+path, status, data, out)
+}
+
+// send POSTs body to path (with its query) and reads the answer, at most
+// 1 MiB; an error is the transport's.
+func (h Host) send(ctx context.Context, path, ctype string, body io.Reader) (status int, data []byte, err error) {
+	base, _, dial, err := endpointURLs(h.URL)
+	if err != nil {
+		return 0, nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", ctype)
 	if h.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+h.Token)
 	}
@@ -151,14 +161,14 @@ func (h Host) post(ctx context.Context, path string, body, out any) error {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("client: POST %s: %w", path, err)
+		return 0, nil, fmt.Errorf("client: POST %s: %w", path, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	data, err = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return fmt.Errorf("client: POST %s: %w", path, err)
+		return 0, nil, fmt.Errorf("client: POST %s: %w", path, err)
 	}
-	return decodeAnswer("POST "+path, resp.StatusCode, data, out)
+	return resp.StatusCode, data, nil
 }
 
 // accessToken is the token every dial and HTTP call sends.

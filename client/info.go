@@ -56,6 +56,10 @@ type Health struct {
 	Paused    bool         `json:"paused"`
 	Pause     *PauseAnswer `json:"pause"`
 	LastPause *PauseEnd    `json:"last_pause"`
+	// Upgrades is how many times the agent was upgraded in place (Host.Upgrade);
+	// LastUpgrade how the last upgrade went, done or failed.
+	Upgrades    int            `json:"upgrades"`
+	LastUpgrade *UpgradeAnswer `json:"last_upgrade"`
 }
 
 // Isolation is the user cgroup's state: on, with what user work uses, or

@@ -61,6 +61,7 @@ func TestClientMirrorsTheAgentsAnswers(t *testing.T) {
 		{"PauseAnswer", resume.PauseAnswer{}, client.PauseAnswer{}},
 		{"HookResult", resume.HookResult{}, client.HookResult{}},
 		{"LastResume", resume.LastResume{}, client.LastResume{}},
+		{"UpgradeAnswer", resume.UpgradeAnswer{}, client.UpgradeAnswer{}},
 		{"NetworkRepair", netconf.Report{}, client.NetworkRepair{}},
 	} {
 		want, got := map[string]reflect.Kind{}, map[string]reflect.Kind{}

@@ -52,16 +52,23 @@ func agentBinary(tb testing.TB) string {
 			return
 		}
 		agentBuild.dir, agentBuild.bin = dir, filepath.Join(dir, "rayito-agent")
-		build := exec.Command("go", "build", "-trimpath", "-tags", "nethttpomithttp2", "-ldflags=-s -w", "-o", agentBuild.bin, ".") // as make build
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			agentBuild.err = fmt.Errorf("build: %v\n%s", err, out)
-		}
+		agentBuild.err = buildAgent(agentBuild.bin, "")
 	})
 	if agentBuild.err != nil {
 		tb.Fatal(agentBuild.err)
 	}
 	return agentBuild.bin
+}
+
+// buildAgent builds the agent to bin as make build does, with extra
+// linker flags (-X ... to stamp a version).
+func buildAgent(bin, ldflags string) error {
+	build := exec.Command("go", "build", "-trimpath", "-tags", "nethttpomithttp2", "-ldflags=-s -w "+ldflags, "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build: %v\n%s", err, out)
+	}
+	return nil
 }
 
 // agentProc is a running agent process.

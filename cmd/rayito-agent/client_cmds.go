@@ -43,6 +43,10 @@ func resumeCmd(args []string) int {
 	return runResume(args, os.Stdout, os.Stderr)
 }
 
+func upgradeCmd(args []string) int {
+	return runUpgrade(args, os.Stdout, os.Stderr)
+}
+
 func runawayCmd(args []string) int {
 	return runRunaway(args, os.Stdout, os.Stderr)
 }

@@ -66,8 +66,10 @@ func commands() []command {
 		{"init", "[flags]", "configure the agent as a host does (POST /v1/init)", initCmd, ""},
 		{"pause", "[flags]", "tell the agent its VM is about to be paused, or with --abort that it is not (POST /v1/pause)", pauseCmd, ""},
 		{"resume", "[flags]", "tell the agent its VM was resumed (POST /v1/resume)", resumeCmd, ""},
+		{"upgrade", "[flags]", "hand the sandbox to a new agent binary, keeping what it runs (POST /v1/upgrade)", upgradeCmd, ""},
 		{"runaway", "[flags]", "run a memory hog, a fork bomb and busy loops in the sandbox and see the agent keep answering", runawayCmd, runawayNotes},
 		{"version", "", "print the version", versionCmd, ""},
+		{"handover-check", "", "print the version and the handover formats this binary reads, as JSON (an upgrading agent asks)", handoverCheckCmd, ""},
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/rayito/rayito-agent/internal/codeinterp"
 	"github.com/rayito/rayito-agent/internal/endpoint"
 	"github.com/rayito/rayito-agent/internal/envdapi"
+	"github.com/rayito/rayito-agent/internal/handover"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/jupyterapi"
 	"github.com/rayito/rayito-agent/internal/proc"
@@ -328,9 +329,33 @@ const hookTimeout = time.Minute
 // run wires the agent together and serves until SIGTERM or SIGINT:
 // listeners first (a busy port fails the start before anything runs),
 // then the managers, the surfaces on them, and the resume detectors.
-func run(cfg config, log *zap.Logger) error {
+func run(cfg config, log *zap.Logger) (err error) {
 	sigs := catchSignals()
 	defer signal.Stop(sigs)
+	// An upgrade's state, if an agent handed this one the sandbox: until
+	// this agent serves, any failure hands the sandbox back to it.
+	hs, herr := handover.Take()
+	if errors.Is(herr, handover.ErrNone) {
+		hs, herr = nil, nil
+	}
+	handBack := func(why error) error {
+		if hs == nil {
+			return why
+		}
+		log.Error("cannot take over from the agent that handed over: handing back to it", zap.Error(why))
+		return fmt.Errorf("%w; handing back: %v", why, hs.HandBack(os.Args, os.Environ(), why.Error()))
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = handBack(fmt.Errorf("panic while starting: %v", r))
+		}
+	}()
+	if herr != nil {
+		return handBack(herr)
+	}
+	if hs != nil && handoverFault == "adopt" {
+		return handBack(errors.New("this binary was built to fail as it takes over (handoverFault, a test's)"))
+	}
 	if err := keepInheritedFDs(); err != nil {
 		log.Warn("programs may inherit descriptors the agent was started with", zap.Error(err))
 	}
@@ -338,9 +363,18 @@ func run(cfg config, log *zap.Logger) error {
 	if err != nil {
 		log.Warn("cannot raise the descriptor limit", zap.Uint64("fd_limit", nofile), zap.Error(err))
 	}
-	ls, err := listenAll(cfg.listen)
-	if err != nil {
-		return err
+	var ls []net.Listener
+	var keys []string
+	for i, addr := range cfg.listen {
+		keys = append(keys, listenerKey(strconv.Itoa(i), addr))
+		l, err := listenCarried(hs, keys[i], addr)
+		if err != nil {
+			for _, o := range ls {
+				o.Close()
+			}
+			return handBack(err)
+		}
+		ls = append(ls, l)
 	}
 	defer func() {
 		for _, l := range ls {
@@ -349,8 +383,8 @@ func run(cfg config, log *zap.Logger) error {
 	}()
 	var ciListener net.Listener
 	if cfg.codeInterpListen != "" {
-		if ciListener, err = listen(cfg.codeInterpListen); err != nil {
-			return fmt.Errorf("--code-interpreter-listen: %w", err)
+		if ciListener, err = listenCarried(hs, listenerKey("ci", cfg.codeInterpListen), cfg.codeInterpListen); err != nil {
+			return handBack(fmt.Errorf("--code-interpreter-listen: %w", err))
 		}
 		defer ciListener.Close()
 	}
@@ -387,9 +421,16 @@ func run(cfg config, log *zap.Logger) error {
 			ResetTCP: resetTCP(wholeVM), StaleAfter: cfg.lifecycle.staleAfter, RepairNetwork: repairNetwork(wholeVM),
 		},
 		OnNewSandbox: func(string) { renewMachineID(wholeVM, log.Named("resume")) },
+		Handover:     hs,
+		CarryListeners: func(s *handover.State) error {
+			if ciListener != nil {
+				return carryListeners(s, append(keys, listenerKey("ci", cfg.codeInterpListen)), append(ls, ciListener))
+			}
+			return carryListeners(s, keys, ls)
+		},
 	})
 	if err != nil {
-		return err
+		return handBack(err)
 	}
 	defer a.Close()
 	// Every surface over the one agent (architecture.md, Surfaces).
@@ -431,6 +472,11 @@ func run(cfg config, log *zap.Logger) error {
 	if ciListener != nil {
 		log.Info("serving the code-interpreter API", zap.String("listen", listenAddr(ciListener)))
 		go func() { serveErr <- srv.ServeOnly(ciListener, "codeinterp") }()
+	}
+	if hs != nil {
+		// Serving: the sandbox is this agent's now.
+		hs.Commit()
+		a.FinishUpgrade()
 	}
 	select {
 	case err = <-serveErr:

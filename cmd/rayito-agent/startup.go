@@ -80,22 +80,6 @@ func pickAnother(what string) string {
 	return "pick another " + what + " with --listen or RAYITO_LISTEN"
 }
 
-// listenAll opens every address of --listen, or closes what it opened.
-func listenAll(addrs []string) ([]net.Listener, error) {
-	var ls []net.Listener
-	for _, a := range addrs {
-		l, err := listen(a)
-		if err != nil {
-			for _, o := range ls {
-				o.Close()
-			}
-			return nil, err
-		}
-		ls = append(ls, l)
-	}
-	return ls, nil
-}
-
 // listenAddr names a listener in logs as --listen would.
 func listenAddr(l net.Listener) string {
 	if a, ok := l.Addr().(*vsock.Addr); ok {

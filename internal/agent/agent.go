@@ -26,6 +26,7 @@ import (
 
 	"github.com/rayito/rayito-agent/internal/capabilities"
 	"github.com/rayito/rayito-agent/internal/files"
+	"github.com/rayito/rayito-agent/internal/handover"
 	"github.com/rayito/rayito-agent/internal/hostapi"
 	"github.com/rayito/rayito-agent/internal/jupyter"
 	"github.com/rayito/rayito-agent/internal/proc"
@@ -85,6 +86,11 @@ type Config struct {
 	// CutHook, if set, runs in a resume between the publication of the
 	// new generation and the cut (tests).
 	CutHook func()
+	// Handover is the state an upgrade handed this agent (nil: a fresh
+	// start): New adopts it. CarryListeners puts the listeners in the
+	// state of an upgrade this agent hands over (the command owns them).
+	Handover       *handover.State
+	CarryListeners func(*handover.State) error
 }
 
 // Agent is the agent assembled: its managers, and the server its surfaces
@@ -114,6 +120,7 @@ type Agent struct {
 	giveBack *traffic.BurstWatcher
 	cgroups  *proc.Cgroups
 	setClock func(time.Time) error
+	adopted  *resume.Adopted // an upgrade taken over, until FinishUpgrade
 	log      *zap.Logger
 }
 
@@ -140,6 +147,11 @@ func New(cfg Config) (a *Agent, err error) {
 		return nil, err
 	}
 	a.buildSurfaces(cfg)
+	if cfg.Handover != nil {
+		if err := a.adopt(cfg.Handover); err != nil {
+			return nil, fmt.Errorf("taking over from the agent that handed over: %w", err)
+		}
+	}
 	return a, nil
 }
 
@@ -205,6 +217,7 @@ func (a *Agent) buildManagers(cfg Config) error {
 	ro.OnNewSandbox = a.newSandbox(cfg.OnNewSandbox)
 	ro.Clients = &a.clients
 	ro.UserWork, ro.UserWorkOff = a.userWork(cfg.Reaper), a.cgroups.Off
+	ro.Version, ro.Handover = cfg.Version, handoverParts{a}
 	var err error
 	if a.Resumer, err = resume.New(ro); err != nil {
 		return fmt.Errorf("state dir: %w", err)
@@ -299,7 +312,7 @@ func (a *Agent) buildSurfaces(cfg Config) {
 	a.Server = surface.New(surface.Options{Logger: log.Named("http"), Auth: a.Auth, Traffic: a.Counter, Origins: cfg.Origins})
 	a.Host = hostapi.New(hostapi.Config{
 		Logger: log.Named("host"), Version: cfg.Version, Auth: a.Auth, Streams: a.Streams, Traffic: a.Counter,
-		Resume: a.Resumer, Pause: a.Resumer, Defaults: a.Defaults, SetClock: a.setClock, Conns: a.Server.Conns,
+		Resume: a.Resumer, Pause: a.Resumer, Upgrade: a.Resumer, Defaults: a.Defaults, SetClock: a.setClock, Conns: a.Server.Conns,
 		Metrics: a.metrics(cfg.Reaper), Isolation: a.cgroups.Isolation,
 	})
 	a.Server.Mount(a.Host.Surface())

@@ -43,6 +43,9 @@ type Config struct {
 	// calls a pause off (POST /v1/pause/abort); nil makes both
 	// unsupported.
 	Pause Pauser
+	// Upgrade hands the sandbox to a new agent binary (POST /v1/upgrade);
+	// nil makes it unsupported.
+	Upgrade Upgrader
 	// Isolation says, for /health, whether user work runs in its own
 	// cgroup and what it uses; nil leaves it out.
 	Isolation func() proc.Isolation
@@ -87,6 +90,7 @@ func (a *API) Surface() surface.Surface {
 		route("POST /v1/resume", a.handleResume, surface.Token),
 		route("POST /v1/pause", a.handlePause, surface.Token),
 		route("POST /v1/pause/abort", a.handlePauseAbort, surface.Token),
+		route("POST /v1/upgrade", a.handleUpgrade, surface.Token),
 		route("GET /v1/traffic", a.handleTraffic, surface.Token),
 		route("GET /metrics", a.handleMetrics, surface.Token),
 	}}

@@ -92,6 +92,10 @@ type Options struct {
 	// OnNewSandbox renews the agent's identity when the host names
 	// another sandbox than the last (clone.go).
 	OnNewSandbox func(sandboxID string)
+	// Version is the running agent's; Handover what an upgrade asks of
+	// the rest of the agent (upgrade.go; nil: upgrades are refused).
+	Version  string
+	Handover Handover
 }
 
 // Machine is what the machine the agent runs on offers the sequences: the
@@ -168,6 +172,11 @@ type Manager struct {
 	answers     map[string]State
 	answerOrder []string
 
+	upgrades       int // done, since the agent started (carried across each)
+	lastUpgrade    *UpgradeAnswer
+	upgradeAnswers map[string]UpgradeAnswer
+	upgradeOrder   []string
+
 	pmu       sync.Mutex
 	pause     *pause     // the pause in place; guarded by pmu
 	lastPause *PauseEnd  // guarded by mu
@@ -189,7 +198,7 @@ func New(o Options) (*Manager, error) {
 	if o.CRNG == nil {
 		o.CRNG = NewCRNG()
 	}
-	m := &Manager{o: o, log: o.Logger, dedup: dedupState{reported: map[Source]bool{}}, answers: map[string]State{}, crng: o.CRNG}
+	m := &Manager{o: o, log: o.Logger, dedup: dedupState{reported: map[Source]bool{}}, answers: map[string]State{}, upgradeAnswers: map[string]UpgradeAnswer{}, crng: o.CRNG}
 	if err := o.CRNG.Unable(); err != nil && o.Reseed {
 		m.log.Warn("resumes will not re-key the kernel CRNG", zap.Error(err))
 	}
@@ -240,7 +249,8 @@ func (m *Manager) State() State {
 	sandbox := m.sandbox
 	m.saveMu.Unlock()
 	m.mu.Lock()
-	s := State{Generation: m.gen, SandboxID: sandbox, KernelStateLost: m.lost, LastResume: m.last.withLists(), LastPause: m.lastPause}
+	s := State{Generation: m.gen, SandboxID: sandbox, KernelStateLost: m.lost, LastResume: m.last.withLists(), LastPause: m.lastPause,
+		Upgrades: m.upgrades, LastUpgrade: m.lastUpgrade}
 	s.Kernels = append(s.Kernels, m.lostKernels...)
 	m.mu.Unlock()
 	s.Pause = m.Paused()

@@ -25,6 +25,10 @@ type State struct {
 	// LastPause how the last one ended.
 	Pause     *PauseAnswer `json:"pause,omitempty"`
 	LastPause *PauseEnd    `json:"last_pause,omitempty"`
+	// Upgrades is how many upgrades this sandbox's agent took (upgrade.go);
+	// LastUpgrade how the last one went, done or failed.
+	Upgrades    int            `json:"upgrades"`
+	LastUpgrade *UpgradeAnswer `json:"last_upgrade,omitempty"`
 }
 
 // KernelHealth is one kernel as /health reports it.

@@ -107,6 +107,7 @@ type Server struct {
 	conns   *conns
 	named   map[string]*Surface
 	onState func(http.ConnState) // a test's view of connection states
+	gate    *gate                // every listener's accepts, for a handover
 
 	mu      sync.Mutex
 	servers []*http.Server
@@ -138,6 +139,7 @@ func New(o Options) *Server {
 	}
 	s.mux.HandleFunc("/", s.noRoute)
 	s.conns = newConns(o.MaxConns, s.log)
+	s.gate = newGate()
 	return s
 }
 
@@ -292,7 +294,7 @@ func (s *Server) serve(l net.Listener, h http.Handler) error {
 	}
 	s.servers = append(s.servers, hs)
 	s.mu.Unlock()
-	err := hs.Serve(s.conns.listen(l))
+	err := hs.Serve(s.conns.listen(s.gate.wrap(l)))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

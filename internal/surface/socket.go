@@ -1,7 +1,9 @@
 package surface
 
 import (
+	"errors"
 	"net"
+	"os"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -41,4 +43,22 @@ func SocketCount(sock syscall.RawConn, req uint) (int, bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// ConnFile is a descriptor of c's socket of its own (close-on-exec), to
+// hand c over to another binary; c stays open.
+func ConnFile(c net.Conn) (*os.File, error) {
+	raw := RawSocket(c)
+	if raw == nil {
+		return nil, errors.New("not a socket")
+	}
+	nfd := -1
+	var derr error
+	if err := raw.Control(func(fd uintptr) { nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	return os.NewFile(uintptr(nfd), "socket"), nil
 }
