@@ -7,8 +7,15 @@ import (
 	"time"
 )
 
-// suspendPoll is how often Suspend looks whether the connections are done.
-const suspendPoll = 5 * time.Millisecond
+const (
+	// suspendPoll is how often Suspend looks whether the connections are
+	// done.
+	suspendPoll = 5 * time.Millisecond
+	// silentNew is how long a connection accepted just before the
+	// suspension may stay silent before it is closed: its request may be
+	// on its way (a client writes right after its connect returns).
+	silentNew = 100 * time.Millisecond
+)
 
 // Suspend stops serving for a handover, by the resume cut's rule: every
 // request read gets its answer first, and none is read after. It stops
@@ -54,11 +61,12 @@ func (s *Server) Unsuspend() {
 	s.gate.open()
 }
 
-// quiet closes the connections that are idle, or new with nothing sent,
-// and returns how many are still serving a request; hijacked ones (the
-// long-lived, cut by their registries; the handover's caller) are not
-// counted.
+// quiet closes the connections that are idle, or new with nothing sent
+// for silentNew, and returns how many are still serving a request (or may
+// be about to); hijacked ones (the long-lived, cut by their registries;
+// the handover's caller) are not counted.
 func (t *conns) quiet() (busy int) {
+	now := time.Now()
 	t.mu.Lock()
 	var idle []*conn
 	for c := range t.open {
@@ -66,7 +74,7 @@ func (t *conns) quiet() (busy int) {
 		case http.StateIdle:
 			idle = append(idle, c)
 		case http.StateNew:
-			if unread(c.Conn) {
+			if unread(c.Conn) || now.Sub(c.since) < silentNew {
 				busy++
 			} else {
 				idle = append(idle, c)

@@ -48,6 +48,18 @@ func TestSuspendAnswersWhatItReadAndAcceptsNothing(t *testing.T) {
 		inFlight <- string(b)
 	}()
 	waitFor(t, func() bool { return srv.conns.quiet() == 1 })
+	// A client that connected and says nothing does not hold the
+	// suspension: it is closed once it stayed silent a while.
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	waitFor(t, func() bool {
+		srv.conns.mu.Lock()
+		defer srv.conns.mu.Unlock()
+		return len(srv.conns.open) == 2
+	})
 	suspended := make(chan error, 1)
 	go func() { suspended <- srv.Suspend(context.Background()) }()
 	time.Sleep(50 * time.Millisecond)
@@ -62,6 +74,10 @@ func TestSuspendAnswersWhatItReadAndAcceptsNothing(t *testing.T) {
 	}
 	if err := <-suspended; err != nil {
 		t.Fatal(err)
+	}
+	silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := silent.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("the silent client's connection: %v, want it closed", err)
 	}
 
 	// Suspended: a new client connects (the backlog) and is not served.
