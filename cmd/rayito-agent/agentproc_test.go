@@ -78,14 +78,25 @@ type agentProc struct {
 	addr string
 	url  string
 	once sync.Once
+	mu   sync.Mutex
+	log  []string // its first maxLogLines log lines
 }
+
+// maxLogLines bounds the log lines an agentProc keeps.
+const maxLogLines = 1000
 
 // startAgentProc starts `serve` with extra flags and waits for the address
 // it logs. The agent is stopped (SIGINT, then SIGKILL) at cleanup.
 func startAgentProc(tb testing.TB, flags ...string) *agentProc {
 	tb.Helper()
+	return startAgentProcFrom(tb, agentBinary(tb), flags...)
+}
+
+// startAgentProcFrom is startAgentProc for the binary bin.
+func startAgentProcFrom(tb testing.TB, bin string, flags ...string) *agentProc {
+	tb.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", tb.TempDir(), "--log-level", "info"}, flags...)
-	cmd := exec.Command(agentBinary(tb), args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "RAYITO_ACCESS_TOKEN="+benchToken)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -102,6 +113,11 @@ func startAgentProc(tb testing.TB, flags ...string) *agentProc {
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		sent := false
 		for sc.Scan() {
+			a.mu.Lock()
+			if len(a.log) < maxLogLines {
+				a.log = append(a.log, sc.Text())
+			}
+			a.mu.Unlock()
 			var line struct {
 				Msg    string `json:"msg"`
 				Listen string `json:"listen"`

@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -53,79 +50,26 @@ func agentVariant(tb testing.TB, version, fault string) string {
 	return b.bin
 }
 
-// upgradeAgent is an agent process started from bin, its log lines kept.
+// upgradeAgent is an agent process started from bin, with the host's
+// client; its log is shown when the test fails.
 type upgradeAgent struct {
-	cmd  *exec.Cmd
+	*agentProc
 	url  string
 	host client.Host
-	mu   sync.Mutex
-	log  []string
-	once sync.Once
 }
 
 func startUpgradeAgent(t testing.TB, bin string) *upgradeAgent {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--state-dir", t.TempDir(), "--log-level", "info")
-	cmd.Env = append(os.Environ(), "RAYITO_ACCESS_TOKEN="+benchToken)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	a := &upgradeAgent{cmd: cmd}
+	p := startAgentProcFrom(t, bin)
 	t.Cleanup(func() {
-		a.stop()
 		if t.Failed() {
-			a.mu.Lock()
-			t.Logf("the agent's log:\n%s", strings.Join(a.log, "\n"))
-			a.mu.Unlock()
+			p.mu.Lock()
+			t.Logf("the agent's log:\n%s", strings.Join(p.log, "\n"))
+			p.mu.Unlock()
 		}
 	})
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			a.mu.Lock()
-			a.log = append(a.log, sc.Text())
-			a.mu.Unlock()
-			var line struct {
-				Msg    string `json:"msg"`
-				Listen string `json:"listen"`
-			}
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
-				select {
-				case addr <- line.Listen:
-				default:
-				}
-			}
-		}
-	}()
-	select {
-	case l := <-addr:
-		a.url = "http://" + l
-	case <-time.After(30 * time.Second):
-		t.Fatal("the agent did not start serving")
-	}
-	a.host = client.Host{URL: a.url, Token: benchToken}
-	return a
-}
-
-// stop ends the agent (SIGINT, SIGKILL after 15 s); later calls do nothing.
-func (a *upgradeAgent) stop() {
-	a.once.Do(func() {
-		a.cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { a.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			a.cmd.Process.Kill()
-			<-done
-		}
-	})
+	url := "http://" + p.addr
+	return &upgradeAgent{agentProc: p, url: url, host: client.Host{URL: url, Token: benchToken}}
 }
 
 func (a *upgradeAgent) health(t *testing.T) client.Health {
@@ -171,7 +115,7 @@ func TestUpgradeInPlace(t *testing.T) {
 	if before.Version != "0.9.0-a" || before.Upgrades != 0 {
 		t.Fatalf("before: %+v", before)
 	}
-	pid := a.cmd.Process.Pid
+	pid := a.pid
 
 	// Probes all along: none may fail.
 	var probes, failed atomic.Int64
