@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -56,6 +57,9 @@ type config struct {
 	// codeInterpListen, if set, serves the code-interpreter API on a
 	// second listener as well (E2B's SDK addresses port 49999).
 	codeInterpListen string
+	// hostListen, if set, serves the host's routes there alone: init,
+	// pause, resume and upgrade leave every other listener.
+	hostListen string
 	// envdOpen serves the envd-compatible API without a token (unsafe).
 	envdOpen bool
 	// e2bAPI answers the e2b SDK's control-plane calls for this agent
@@ -157,6 +161,7 @@ func parseServe(args []string) (config, error) {
 	startDefault := envOr("RAYITO_KERNEL_START_TIMEOUT", jupyter.DefaultStartTimeout.String())
 	fs.StringVar(&startDefault, "kernel-start-timeout", startDefault, "how long a kernel may take to start before the start fails; raise it under software emulation on a busy host (env RAYITO_KERNEL_START_TIMEOUT)")
 	fs.StringVar(&c.codeInterpListen, "code-interpreter-listen", envOr("RAYITO_CODE_INTERPRETER_LISTEN", ""), "also serve the code-interpreter API (/execute, /contexts) on this address, such as 127.0.0.1:49999; off by default (env RAYITO_CODE_INTERPRETER_LISTEN)")
+	fs.StringVar(&c.hostListen, "host-listen", envOr("RAYITO_HOST_LISTEN", ""), "serve the host's routes (health, traffic, metrics, init, pause, resume, upgrade) on this address too, such as vsock://:49984, and init, pause, resume and upgrade only there: the sandbox's programs, which hold the token, cannot reach them where they cannot reach this address; off by default (env RAYITO_HOST_LISTEN)")
 	fs.BoolVar(&c.detectClock, "detect-clock-jump", envBool("RAYITO_DETECT_CLOCK_JUMP", true), "detect resumes from a jump between the RTC and the system clock (env RAYITO_DETECT_CLOCK_JUMP)")
 	fs.StringVar(&c.setClock, "set-clock", envOr("RAYITO_SET_CLOCK", "auto"), "set the wall clock from the host's time_unix_ns: true, false, or auto (only in a sandbox VM image) (env RAYITO_SET_CLOCK)")
 	fs.BoolVar(&c.e2bAPI, "e2b-api", envBool("RAYITO_E2B_API", false), "also answer the e2b SDK's control-plane calls (create, connect, timeout, kill) for this agent, so E2B_API_URL can point here: for local development (make run), never in an image (env RAYITO_E2B_API)")
@@ -216,6 +221,11 @@ func parseServe(args []string) (config, error) {
 		return c, fmt.Errorf("--user-process-guard %w", err)
 	}
 	c.listen = listens.list
+	// The same address twice cannot be two listeners (port 0 picks a new
+	// port each time).
+	if c.hostListen != "" && !strings.HasSuffix(c.hostListen, ":0") && (slices.Contains(c.listen, c.hostListen) || c.hostListen == c.codeInterpListen) {
+		return c, fmt.Errorf("--host-listen %s is also a --listen or --code-interpreter-listen address: the host's routes must have a listener of their own", c.hostListen)
+	}
 	if len(c.listen) == 0 {
 		return c, fmt.Errorf("--listen needs an address, such as 0.0.0.0:49983 or vsock://:49983")
 	}
@@ -388,6 +398,13 @@ func run(cfg config, log *zap.Logger) (err error) {
 		}
 		defer ciListener.Close()
 	}
+	var hostListener net.Listener
+	if cfg.hostListen != "" {
+		if hostListener, err = listenCarried(hs, listenerKey("host", cfg.hostListen), cfg.hostListen); err != nil {
+			return handBack(fmt.Errorf("--host-listen: %w", err))
+		}
+		defer hostListener.Close()
+	}
 	reaper, err := proc.NewReaper()
 	if err != nil {
 		return fmt.Errorf("becoming a child subreaper: %w", err)
@@ -423,10 +440,14 @@ func run(cfg config, log *zap.Logger) (err error) {
 		OnNewSandbox: func(string) { renewMachineID(wholeVM, log.Named("resume")) },
 		Handover:     hs,
 		CarryListeners: func(s *handover.State) error {
+			allKeys, all := slices.Clone(keys), slices.Clone(ls)
 			if ciListener != nil {
-				return carryListeners(s, append(keys, listenerKey("ci", cfg.codeInterpListen)), append(ls, ciListener))
+				allKeys, all = append(allKeys, listenerKey("ci", cfg.codeInterpListen)), append(all, ciListener)
 			}
-			return carryListeners(s, keys, ls)
+			if hostListener != nil {
+				allKeys, all = append(allKeys, listenerKey("host", cfg.hostListen)), append(all, hostListener)
+			}
+			return carryListeners(s, allKeys, all)
 		},
 	})
 	if err != nil {
@@ -460,7 +481,14 @@ func run(cfg config, log *zap.Logger) (err error) {
 		}
 	})
 	defer shed.Stop()
-	serveErr := make(chan error, len(ls)+1)
+	serveErr := make(chan error, len(ls)+2)
+	if hostListener != nil {
+		// Apart before any listener serves: no HostOnly route is served
+		// elsewhere, not even for a moment.
+		srv.HostApart()
+		log.Info("serving the host's routes", zap.String("listen", listenAddr(hostListener)))
+		go func() { serveErr <- srv.ServeHost(hostOnly(hostListener, log)) }()
+	}
 	for i, l := range ls {
 		if i > 0 {
 			// Every listener serves the same routes, auth, limits and

@@ -82,7 +82,10 @@ func (a *API) Surface() surface.Surface {
 	route := func(pattern string, h http.HandlerFunc, access surface.Access) surface.Route {
 		// Only /health is for pages too (envd's answers them).
 		private := pattern != "GET /health"
-		return surface.Route{Pattern: pattern, Handler: h, Access: access, Host: true, Private: private}
+		// What changes the sandbox's life; reading it stays on every
+		// listener (a probe, the idle poll).
+		hostOnly := strings.HasPrefix(pattern, "POST ")
+		return surface.Route{Pattern: pattern, Handler: h, Access: access, Host: true, Private: private, HostOnly: hostOnly}
 	}
 	return surface.Surface{Name: "host", Tokens: surface.AgentTokens, Routes: []surface.Route{
 		route("GET /health", a.handleHealth, surface.Public),

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -76,6 +77,10 @@ type Route struct {
 	// Private marks a route only the host calls (init, resume): no CORS,
 	// so no page may call it from a browser, whatever the origins.
 	Private bool
+	// HostOnly marks a route that changes the sandbox's life (init,
+	// pause, resume, upgrade): once a host listener serves (ServeHost),
+	// it is served there alone, and every other listener answers 404.
+	HostOnly bool
 }
 
 // Options configure a Server.
@@ -108,6 +113,8 @@ type Server struct {
 	named   map[string]*Surface
 	onState func(http.ConnState) // a test's view of connection states
 	gate    *gate                // every listener's accepts, for a handover
+	// hostApart: a host listener serves the HostOnly routes (ServeHost).
+	hostApart atomic.Bool
 
 	mu      sync.Mutex
 	servers []*http.Server
@@ -165,7 +172,7 @@ func (s *Server) Mount(sf Surface) {
 	}
 	s.auth.addFinder(sf.Tokens)
 	for _, rt := range sf.Routes {
-		s.mux.Handle(rt.Pattern, s.route(&sf, rt))
+		s.mux.Handle(rt.Pattern, s.route(&sf, rt, false))
 		method, path, ok := strings.Cut(rt.Pattern, " ")
 		if !ok {
 			method, path = "", rt.Pattern
@@ -193,11 +200,21 @@ func (s *Server) Mount(sf Surface) {
 }
 
 // route wraps a route's handler in its surface's auth and traffic
-// counting.
-func (s *Server) route(sf *Surface, rt Route) http.Handler {
+// counting; onHost says it is for the host listener's mux.
+func (s *Server) route(sf *Surface, rt Route, onHost bool) http.Handler {
 	h := rt.Handler
 	if rt.Count {
 		h = traffic.CountHTTP(s.o.Traffic, h)
+	}
+	if rt.HostOnly && !onHost {
+		inner := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if s.hostApart.Load() {
+				WriteError(w, http.StatusNotFound, wire.Errorf(wire.CodeNotFound, "no route %s here: the host's routes are served on the agent's host listener (--host-listen)", r.URL.Path))
+				return
+			}
+			inner.ServeHTTP(w, r)
+		})
 	}
 	if rt.Access == Public || sf.Open {
 		return h
@@ -262,13 +279,39 @@ func (s *Server) ServeOnly(l net.Listener, name string) error {
 	}
 	mux := http.NewServeMux()
 	for _, rt := range sf.Routes {
-		mux.Handle(rt.Pattern, s.route(sf, rt))
+		mux.Handle(rt.Pattern, s.route(sf, rt, false))
 	}
 	if sf.NotFound != nil {
 		mux.Handle("/", sf.NotFound)
 	}
 	return s.serve(l, mux)
 }
+
+// ServeHost serves the host's routes (Route.Host) alone on l, with the
+// limits of the agent's listener; from then on the HostOnly routes are
+// served there and nowhere else. A host listener a sandbox's programs
+// cannot reach (vsock, an address only the host routes to) keeps them
+// from pausing, resuming or upgrading the sandbox with the token they
+// hold.
+func (s *Server) ServeHost(l net.Listener) error {
+	mux := http.NewServeMux()
+	for _, sf := range s.named {
+		for _, rt := range sf.Routes {
+			if rt.Host {
+				mux.Handle(rt.Pattern, s.route(sf, rt, true))
+			}
+		}
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, http.StatusNotFound, wire.Errorf(wire.CodeNotFound, "no route %s on the host listener: it serves the host's routes alone", r.URL.Path))
+	})
+	s.HostApart()
+	return s.serve(l, mux)
+}
+
+// HostApart serves the HostOnly routes on the host listener alone from
+// now on: call it before any listener serves, ServeHost after.
+func (s *Server) HostApart() { s.hostApart.Store(true) }
 
 func (s *Server) serve(l net.Listener, h http.Handler) error {
 	hs := &http.Server{

@@ -52,6 +52,18 @@ func TestVsockInGuest(t *testing.T) {
 		t.Fatalf("a cell over vsock: %q", out)
 	}
 
+	// A host listener on vsock takes the host's connections alone: the
+	// guest's own programs reach neither it (vsock_loopback, CID 1) nor
+	// the routes it took off the sandbox's listener. A second agent in
+	// the guest, started as an image would start one with --host-listen.
+	cli(`setsid rayito-agent serve --listen 127.0.0.1:50001 --host-listen vsock://:50002 --state-dir /tmp/second --cgroups=false --pause-whole-vm=false --lifecycle-file=off --hooks-dir=/nonexistent > /tmp/second.log 2>&1 < /dev/null &`)
+	waitFor(t, ctx, g, `grep -q '"serving the host' /tmp/second.log`)
+	out = cli(`rayito-agent pause --abort --url http://127.0.0.1:50001 2>&1; echo; rayito-agent health --url vsock://1:50002 2>&1; echo; cat /tmp/second.log`)
+	if !strings.Contains(out, "--host-listen") || !strings.Contains(out, "the host listener refused a connection that is not the host's") {
+		t.Fatalf("the guest reached the host's routes:\n%s", out)
+	}
+	cli(`pkill -f 'host-listen vsock://[:]50002'; true`)
+
 	// A command followed by the CLI over vsock across a snapshot: 100
 	// lines, 0.2 s apart; the CLI runs detached in the guest and writes
 	// what it got to a file.
