@@ -62,6 +62,9 @@ func (h Host) Upgrade(ctx context.Context, o UpgradeOptions) (UpgradeAnswer, err
 	if (o.Path == "") == (o.Binary == nil) {
 		return UpgradeAnswer{}, errors.New("client: Upgrade takes a Path or a Binary")
 	}
+	if _, _, _, err := endpointURLs(h.URL); err != nil {
+		return UpgradeAnswer{}, err // not worth repeating
+	}
 	if o.UpgradeID == "" {
 		o.UpgradeID = "up-" + newOpPrefix() + strconv.FormatInt(time.Now().UnixNano(), 36)
 	}
