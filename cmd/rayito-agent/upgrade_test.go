@@ -111,6 +111,8 @@ func TestUpgradeInPlace(t *testing.T) {
 	binB := agentVariant(t, "0.9.0-b", "")
 	binFail := agentVariant(t, "0.9.0-fail", "adopt")
 	a := startUpgradeAgent(t, binA)
+	// An uptime a new binary's own could not reach in the upgrade.
+	time.Sleep(300 * time.Millisecond)
 	before := a.health(t)
 	if before.Version != "0.9.0-a" || before.Upgrades != 0 {
 		t.Fatalf("before: %+v", before)
@@ -161,6 +163,9 @@ func TestUpgradeInPlace(t *testing.T) {
 		t.Fatalf("steps %s, want %s", got, want)
 	}
 	h := a.health(t)
+	if h.UptimeMs < before.UptimeMs {
+		t.Errorf("uptime %d ms after the upgrade, %d ms before: it looks like a restart", h.UptimeMs, before.UptimeMs)
+	}
 	if h.Version != "0.9.0-b" || h.Instance != before.Instance || h.ResumeGeneration != before.ResumeGeneration || h.Upgrades != 1 ||
 		h.LastUpgrade == nil || h.LastUpgrade.State != "upgraded" {
 		t.Fatalf("after the upgrade: %+v (last_upgrade %+v), before %+v", h, h.LastUpgrade, before)

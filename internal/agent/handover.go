@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/rayito/rayito-agent/internal/handover"
 	"github.com/rayito/rayito-agent/internal/hostapi"
@@ -25,7 +26,15 @@ const (
 	sectionIdentity = "identity" // the stream registry's: instance id, id prefixes
 	sectionAuth     = "auth"
 	sectionTraffic  = "traffic"
+	sectionUptime   = "uptime"
 )
+
+// uptimeCarried is the agent's uptime when it was carried; the handover's
+// own time is added on the other side.
+type uptimeCarried struct {
+	UptimeNs int64 `json:"uptime_ns"`
+	AtUnixNs int64 `json:"at_unix_ns"`
+}
 
 type authCarried struct {
 	Token string `json:"token,omitempty"`
@@ -62,7 +71,9 @@ func (h handoverParts) Collect(s *handover.State) error {
 	a := h.a
 	var auth authCarried
 	a.Auth.WithToken(func(t string) bool { auth.Token = t; return true })
-	err := errors.Join(s.Put(sectionIdentity, a.Streams.Identity()), s.Put(sectionAuth, auth), s.Put(sectionTraffic, a.Counter.Carry()))
+	up := uptimeCarried{UptimeNs: int64(a.Host.Uptime()), AtUnixNs: time.Now().UnixNano()}
+	err := errors.Join(s.Put(sectionIdentity, a.Streams.Identity()), s.Put(sectionAuth, auth), s.Put(sectionTraffic, a.Counter.Carry()),
+		s.Put(sectionUptime, up))
 	if err == nil && a.Config.CarryListeners != nil {
 		err = a.Config.CarryListeners(s)
 	}
@@ -92,6 +103,12 @@ func (a *Agent) adopt(s *handover.State) error {
 		return err
 	} else if ok {
 		a.Counter.Adopt(k)
+	}
+	var up uptimeCarried
+	if ok, err := s.Get(sectionUptime, &up); err != nil {
+		return err
+	} else if ok {
+		a.Host.SetUptime(time.Duration(up.UptimeNs) + max(time.Since(time.Unix(0, up.AtUnixNs)), 0))
 	}
 	ad, err := a.Resumer.AdoptUpgrade(s)
 	if err != nil {

@@ -99,6 +99,15 @@ func (a *API) Surface() surface.Surface {
 	}}
 }
 
+// Uptime is how long the agent has served this sandbox: since its start,
+// or its first binary's start across upgrades (SetUptime).
+func (a *API) Uptime() time.Duration { return time.Since(a.started) }
+
+// SetUptime makes the agent's uptime d now: an upgrade's new binary goes
+// on with its predecessor's, so a host that watches uptime_ms fall to
+// tell a restart sees none. Call it before the API serves.
+func (a *API) SetUptime(d time.Duration) { a.started = time.Now().Add(-d) }
+
 func isDir(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
