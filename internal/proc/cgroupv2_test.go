@@ -350,7 +350,7 @@ func TestCgroupV2Freeze(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := u.Freeze(ctx); err != nil {
+	if _, err := u.Freeze(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if !c.UserFrozen() {
@@ -462,5 +462,95 @@ func TestCgroupV2Leaves(t *testing.T) {
 	}
 	if n := c.leaves.count(); n != 0 {
 		t.Errorf("%d leaves left", n)
+	}
+}
+
+// TestCgroupV2FreezeSubtree: a cgroup user work made below its own is
+// frozen with it, and the freeze says how many processes stopped; a
+// cgroup the user froze itself is still frozen after the thaw, while the
+// rest runs again.
+func TestCgroupV2FreezeSubtree(t *testing.T) {
+	c := layoutForTest(t, CgroupLimits{MemoryMax: 128 << 20, PidsMax: 100})
+	r := isolated(t, c, nil)
+	u := NewUserWork(c, r)
+	dir := t.TempDir()
+	counter := func(name string) string { return filepath.Join(dir, name) }
+	read := func(name string) string {
+		b, _ := os.ReadFile(counter(name))
+		return string(b)
+	}
+	// Each loop moves into a cgroup made below its own leaf, as a user's
+	// container runtime would, then counts.
+	var subs []string
+	loop := func(name string) string {
+		t.Helper()
+		pid, _, err := r.ForkExec("/bin/sh", []string{"sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > " + counter(name) + ".tmp; mv " + counter(name) + ".tmp " + counter(name) + "; done"}, &syscall.ProcAttr{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		own, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub := filepath.Join(DefaultCgroupMount, strings.TrimPrefix(strings.TrimSpace(string(own)), "0::"), name)
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, sub)
+		if err := write(filepath.Join(sub, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+			t.Fatal(err)
+		}
+		for read(name) == "" {
+			time.Sleep(10 * time.Millisecond)
+		}
+		return sub
+	}
+	t.Cleanup(func() {
+		for _, sub := range subs {
+			write(filepath.Join(sub, "cgroup.freeze"), "0")
+			write(filepath.Join(sub, "cgroup.kill"), "1")
+			for i := 0; i < 100 && os.Remove(sub) != nil; i++ {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	})
+	loop("mine")
+	theirs := loop("theirs")
+	if err := write(filepath.Join(theirs, "cgroup.freeze"), "1"); err != nil {
+		t.Fatal(err)
+	}
+	for !cgroupFrozen(theirs) {
+		time.Sleep(time.Millisecond)
+	}
+	theirsAt := read("theirs")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := u.Freeze(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(d, "user work frozen: ") || !strings.HasSuffix(d, " processes stopped") {
+		t.Errorf("the freeze says %q", d)
+	}
+	mineAt := read("mine")
+	time.Sleep(300 * time.Millisecond)
+	if now := read("mine"); now != mineAt {
+		t.Errorf("a process in a cgroup below user work ran while frozen: %s to %s", mineAt, now)
+	}
+	if err := u.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for read("mine") == mineAt {
+		if time.Now().After(deadline) {
+			t.Fatal("the process below user work did not run again after the thaw")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if !cgroupFrozen(theirs) || !selfFrozen(theirs) || read("theirs") != theirsAt {
+		t.Errorf("the cgroup the user froze itself: frozen %v, its cgroup.freeze 1 %v, count %s (was %s): the thaw undid the user's own freeze",
+			cgroupFrozen(theirs), selfFrozen(theirs), read("theirs"), theirsAt)
 	}
 }

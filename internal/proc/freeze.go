@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,16 +26,18 @@ const frozenPoll = time.Millisecond
 // cgroup of its own: nothing to freeze without stopping the agent too.
 var ErrIsolationOff = errors.New("isolation is off")
 
-// FreezeUser freezes the user cgroup and returns once the kernel reports
-// every task in it stopped, or when ctx ends (the freeze then completes
-// on its own: the cgroup stays frozen until ThawUser).
-func (c *Cgroups) FreezeUser(ctx context.Context) error {
+// FreezeUser freezes the user cgroup (and every cgroup user work made
+// below it: cgroup v2 freezes a subtree) and returns once the kernel
+// reports every task in it stopped, saying how many; or when ctx ends,
+// with an error naming the processes not stopped yet (the freeze then
+// completes on its own: the cgroup stays frozen until ThawUser).
+func (c *Cgroups) FreezeUser(ctx context.Context) (string, error) {
 	if !c.On() {
-		return fmt.Errorf("%w: %s", ErrIsolationOff, c.Off)
+		return "", fmt.Errorf("%w: %s", ErrIsolationOff, c.Off)
 	}
 	for _, d := range c.frozenWithUser() {
 		if err := write(filepath.Join(d, "cgroup.freeze"), "1"); err != nil {
-			return fmt.Errorf("freezing %s: %w", d, err)
+			return "", fmt.Errorf("freezing %s: %w", d, err)
 		}
 	}
 	t := time.NewTicker(frozenPoll)
@@ -42,15 +45,26 @@ func (c *Cgroups) FreezeUser(ctx context.Context) error {
 	for !c.UserFrozen() {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s not yet frozen: %w", c.user, ctx.Err())
+			return "", fmt.Errorf("not every user process stopped: %s: %w", c.running(true), ctx.Err())
 		case <-t.C:
 		}
 	}
-	return nil
+	n := 0
+	for _, d := range c.frozenWithUser() {
+		n += len(treeProcs(d))
+	}
+	return fmt.Sprintf("user work frozen: %d processes stopped", n), nil
 }
 
-// ThawUser lets user work run again. Thawing a cgroup that is not frozen
-// does nothing, so a new agent thaws at start what a crashed one left.
+// thawBound bounds the wait for the kernel to report user work thawed.
+const thawBound = 2 * time.Second
+
+// ThawUser lets user work run again, and returns once the kernel reports
+// it running (frozen 0), or with an error naming what is still stopped
+// after thawBound. A cgroup below user work that the user froze itself
+// stays frozen: its own cgroup.freeze is left alone. Thawing a cgroup
+// that is not frozen does nothing, so a new agent thaws at start what a
+// crashed one left.
 func (c *Cgroups) ThawUser() error {
 	if !c.On() {
 		return fmt.Errorf("%w: %s", ErrIsolationOff, c.Off)
@@ -60,7 +74,84 @@ func (c *Cgroups) ThawUser() error {
 			return fmt.Errorf("thawing %s: %w", d, err)
 		}
 	}
+	deadline := time.Now().Add(thawBound)
+	for _, d := range c.frozenWithUser() {
+		for cgroupFrozen(d) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s still frozen %s after its thaw: %s", d, thawBound, c.running(false))
+			}
+			time.Sleep(frozenPoll)
+		}
+	}
 	return nil
+}
+
+// maxNamed bounds the processes an error names.
+const maxNamed = 10
+
+// running names the processes of the cgroups under user work whose
+// freeze state is not yet what the pause wants (frozen, or thawed), the
+// cgroups the user froze itself aside: "pid (comm) in cgroup", at most
+// maxNamed.
+func (c *Cgroups) running(wantFrozen bool) string {
+	var named []string
+	more := 0
+	for _, root := range c.frozenWithUser() {
+		filepath.WalkDir(root, func(dir string, e fs.DirEntry, err error) error {
+			if err != nil || !e.IsDir() {
+				return nil
+			}
+			if !wantFrozen && selfFrozen(dir) && dir != root {
+				return fs.SkipDir // the user's own freeze
+			}
+			if cgroupFrozen(dir) == wantFrozen {
+				return nil
+			}
+			for _, pid := range cgroupProcs(dir) {
+				if len(named) == maxNamed {
+					more++
+					continue
+				}
+				comm, _ := os.ReadFile(filepath.Join("/proc", pid, "comm"))
+				named = append(named, fmt.Sprintf("%s (%s) in %s", pid, strings.TrimSpace(string(comm)), strings.TrimPrefix(dir, filepath.Dir(c.user)+"/")))
+			}
+			return nil
+		})
+	}
+	if len(named) == 0 {
+		return "no process named (the kernel has not settled)"
+	}
+	if more > 0 {
+		named = append(named, fmt.Sprintf("and %d more", more))
+	}
+	return strings.Join(named, ", ")
+}
+
+// selfFrozen reports whether dir's own cgroup.freeze is 1.
+func selfFrozen(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.freeze"))
+	return err == nil && strings.TrimSpace(string(b)) == "1"
+}
+
+// cgroupProcs lists the pids of dir's own processes.
+func cgroupProcs(dir string) []string {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(b))
+}
+
+// treeProcs lists the pids of dir's processes and of every cgroup below.
+func treeProcs(dir string) []string {
+	var all []string
+	filepath.WalkDir(dir, func(d string, e fs.DirEntry, err error) error {
+		if err == nil && e.IsDir() {
+			all = append(all, cgroupProcs(d)...)
+		}
+		return nil
+	})
+	return all
 }
 
 // frozenWithUser is the cgroups a pause freezes: user work, and what the
@@ -110,9 +201,9 @@ type UserWork struct {
 func NewUserWork(c *Cgroups, r *Reaper) *UserWork { return &UserWork{c: c, r: r} }
 
 // Freeze holds new starts and freezes the user cgroup (FreezeUser).
-func (u *UserWork) Freeze(ctx context.Context) error {
+func (u *UserWork) Freeze(ctx context.Context) (string, error) {
 	if !u.c.On() {
-		return fmt.Errorf("%w: %s", ErrIsolationOff, u.c.Off)
+		return "", fmt.Errorf("%w: %s", ErrIsolationOff, u.c.Off)
 	}
 	u.mu.Lock()
 	if u.held == nil {

@@ -86,10 +86,10 @@ func TestAbortThawsFilesystemsBeforeUserWork(t *testing.T) {
 // pause's deadline ends it.
 type freezeStuck struct{ j *journal }
 
-func (u freezeStuck) Freeze(ctx context.Context) error {
+func (u freezeStuck) Freeze(ctx context.Context) (string, error) {
 	u.j.add("freeze")
 	<-ctx.Done()
-	return ctx.Err()
+	return "", ctx.Err()
 }
 func (u freezeStuck) Thaw() error { u.j.add("thaw"); return nil }
 

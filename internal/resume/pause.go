@@ -120,7 +120,9 @@ type Clients interface {
 
 // UserWork freezes and thaws user work; proc.UserWork implements it.
 type UserWork interface {
-	Freeze(ctx context.Context) error
+	// Freeze returns once user work is stopped, saying how much, or
+	// with an error naming what did not stop by ctx's end.
+	Freeze(ctx context.Context) (string, error)
 	Thaw() error
 }
 
@@ -254,10 +256,8 @@ func (m *Manager) quiesce(p *pause) {
 		p.mu.Lock()
 		p.user = true // thawed even if the freeze did not finish
 		p.mu.Unlock()
-		if err := m.o.UserWork.Freeze(p.ctx); err != nil {
-			return "", false, err
-		}
-		return "user work frozen", false, nil
+		d, err := m.o.UserWork.Freeze(p.ctx)
+		return d, false, err
 	})
 	fss, fsErr := writableFilesystems()
 	p.steps.run(stepSync, func() (string, bool, error) {

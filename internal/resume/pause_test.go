@@ -53,8 +53,11 @@ func (c journalClients) Resumed(gen uint64, aborted bool) {
 
 type journalUserWork struct{ j *journal }
 
-func (u journalUserWork) Freeze(ctx context.Context) error { u.j.add("freeze"); return nil }
-func (u journalUserWork) Thaw() error                      { u.j.add("thaw"); return nil }
+func (u journalUserWork) Freeze(ctx context.Context) (string, error) {
+	u.j.add("freeze")
+	return "user work frozen", nil
+}
+func (u journalUserWork) Thaw() error { u.j.add("thaw"); return nil }
 
 type journalCRNG struct{ j *journal }
 

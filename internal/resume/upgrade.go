@@ -182,10 +182,8 @@ func (u *Upgrade) Run(caller *os.File) UpgradeAnswer {
 				return "user work is not isolated: " + m.o.UserWorkOff, true, nil
 			}
 			frozenAt, frozen = time.Now(), true
-			if err := m.o.UserWork.Freeze(ctx); err != nil {
-				return "", false, err
-			}
-			return "user work frozen", false, nil
+			d, err := m.o.UserWork.Freeze(ctx)
+			return d, false, err
 		}); !ok(s) {
 			return errors.New(s.Detail)
 		}
