@@ -16,7 +16,7 @@ import (
 // Exec writes s to a memfd and execs binary with args and env in place
 // of this process, carrying s's descriptors. It returns only on failure,
 // having made the descriptors close-on-exec again: the caller goes on as
-// it was.
+// it was (and closes what it gave, Close).
 //
 // Nothing may fork between Exec's start and the exec: a child would
 // inherit the carried descriptors. The caller has stopped starting

@@ -60,8 +60,10 @@ type envelope struct {
 
 // State is a handover being written (Put, PutFile) or read (Get, Dup).
 type State struct {
-	env   envelope
-	files map[string]*os.File // being written: the files to carry
+	env envelope
+	// Being written: the files to carry, held so that no finalizer closes
+	// one before the exec; Close lets go of them when it failed.
+	files map[string]*os.File
 	// Being read: the state's own descriptor and the previous binary's
 	// (-1: none), kept open with the carried ones until Commit, so that
 	// HandBack can pass them all on.
@@ -125,6 +127,14 @@ func (s *State) Dup(name string) (*os.File, error) {
 		return nil, fmt.Errorf("handover descriptor %s (%d): %w", name, fd, err)
 	}
 	return os.NewFile(uintptr(nfd), name), nil
+}
+
+// Close closes the files given to PutFile, once a handover that was to
+// carry them did not happen (they are duplicates: the originals serve on).
+func (s *State) Close() {
+	for _, f := range s.files {
+		f.Close()
+	}
 }
 
 // Files lists the names of the carried descriptors.

@@ -119,13 +119,8 @@ func (m *Manager) FinishUpgrade(ad *Adopted) (UpgradeAnswer, *os.File) {
 	seq.list = append(seq.list, adopt)
 	var thawed time.Time
 	if ad.rec.FrozenUnixNs != 0 {
-		seq.run(stepThaw, func() (string, bool, error) {
-			defer func() { thawed = time.Now() }()
-			if m.o.UserWork == nil {
-				return "", false, fmt.Errorf("user work was frozen, and this agent cannot thaw it: %s", m.o.UserWorkOff)
-			}
-			return "user work thawed", false, m.o.UserWork.Thaw()
-		})
+		seq.run(stepThaw, m.thawUserWork)
+		thawed = time.Now()
 	}
 	a := UpgradeAnswer{UpgradeID: ad.rec.ID, State: "upgraded", FromVersion: ad.rec.From, ToVersion: ad.rec.To, Format: ad.rec.Format,
 		Steps: seq.snapshot(), AtUnixMs: ad.rec.StartedUnixNs / 1e6, DurationMs: ms(time.Since(time.Unix(0, ad.rec.StartedUnixNs)))}

@@ -126,6 +126,29 @@ type UserWork interface {
 	Thaw() error
 }
 
+// freezeUserWork is the freeze step of a pause or an upgrade: started
+// runs before the freeze begins (what froze must be thawed even if the
+// freeze does not finish).
+func (m *Manager) freezeUserWork(ctx context.Context, started func()) (string, bool, error) {
+	if m.o.UserWork == nil {
+		return "user work is not isolated: " + m.o.UserWorkOff, true, nil
+	}
+	started()
+	d, err := m.o.UserWork.Freeze(ctx)
+	return d, false, err
+}
+
+// thawUserWork is the thaw step of every sequence that froze user work.
+func (m *Manager) thawUserWork() (string, bool, error) {
+	if m.o.UserWork == nil {
+		return "", false, fmt.Errorf("user work was frozen, and this agent cannot thaw it: %s", m.o.UserWorkOff)
+	}
+	if err := m.o.UserWork.Thaw(); err != nil {
+		return "", false, err
+	}
+	return "user work thawed", false, nil
+}
+
 // pause is one pause, from the host's call to its thaw.
 type pause struct {
 	req     PauseRequest
@@ -250,14 +273,11 @@ func (m *Manager) quiesce(p *pause) {
 		})
 	}
 	p.steps.run(stepFreeze, func() (string, bool, error) {
-		if m.o.UserWork == nil {
-			return "user work is not isolated: " + m.o.UserWorkOff, true, nil
-		}
-		p.mu.Lock()
-		p.user = true // thawed even if the freeze did not finish
-		p.mu.Unlock()
-		d, err := m.o.UserWork.Freeze(p.ctx)
-		return d, false, err
+		return m.freezeUserWork(p.ctx, func() {
+			p.mu.Lock()
+			p.user = true
+			p.mu.Unlock()
+		})
 	})
 	fss, fsErr := writableFilesystems()
 	p.steps.run(stepSync, func() (string, bool, error) {
@@ -365,12 +385,7 @@ func (m *Manager) thaw(p *pause, ended string) []Step {
 		})
 	}
 	if user {
-		thaw.run(stepThaw, func() (string, bool, error) {
-			if err := m.o.UserWork.Thaw(); err != nil {
-				return "", false, err
-			}
-			return "user work thawed", false, nil
-		})
+		thaw.run(stepThaw, m.thawUserWork)
 	}
 	steps := thaw.snapshot()
 	end := &PauseEnd{AtUnixMs: p.started.UnixMilli(), Mode: p.req.Mode, Shrink: p.req.Shrink, Ended: ended,

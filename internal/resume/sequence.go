@@ -82,6 +82,14 @@ func (s *steps) run(name string, f stepFunc) Step {
 	return st
 }
 
+// unbound runs every later step whatever the context: a sequence undoing
+// what it did (a thaw) must not be cut short by the deadline that failed it.
+func (s *steps) unbound() {
+	s.mu.Lock()
+	s.ctx = nil
+	s.mu.Unlock()
+}
+
 // snapshot is a copy of the steps so far; never nil.
 func (s *steps) snapshot() []Step {
 	s.mu.Lock()

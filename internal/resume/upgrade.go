@@ -178,12 +178,7 @@ func (u *Upgrade) Run(caller *os.File) UpgradeAnswer {
 	ok := func(s Step) bool { return s.Status == StepDone || s.Status == StepSkipped }
 	run := func() error {
 		if s := seq.run(stepFreeze, func() (string, bool, error) {
-			if m.o.UserWork == nil {
-				return "user work is not isolated: " + m.o.UserWorkOff, true, nil
-			}
-			frozenAt, frozen = time.Now(), true
-			d, err := m.o.UserWork.Freeze(ctx)
-			return d, false, err
+			return m.freezeUserWork(ctx, func() { frozenAt, frozen = time.Now(), true })
 		}); !ok(s) {
 			return errors.New(s.Detail)
 		}
@@ -194,6 +189,8 @@ func (u *Upgrade) Run(caller *os.File) UpgradeAnswer {
 			return errors.New(s.Detail)
 		}
 		st := handover.New(m.o.Version)
+		// Reached only when the exec did not happen: the duplicates go.
+		defer st.Close()
 		if s := seq.run(stepCollect, func() (string, bool, error) {
 			if err := m.o.Handover.Collect(st); err != nil {
 				return "", false, err
@@ -227,14 +224,12 @@ func (u *Upgrade) Run(caller *os.File) UpgradeAnswer {
 	err := run()
 	// Only a failure comes back here: undo, newest first, whatever the
 	// deadline (user work must not stay frozen because time ran out).
-	seq.mu.Lock()
-	seq.ctx = nil
-	seq.mu.Unlock()
+	seq.unbound()
 	if suspended {
 		m.o.Handover.Unsuspend()
 	}
 	if frozen {
-		seq.run(stepThaw, func() (string, bool, error) { return "user work thawed", false, m.o.UserWork.Thaw() })
+		seq.run(stepThaw, m.thawUserWork)
 	}
 	a := UpgradeAnswer{UpgradeID: u.req.ID, State: "failed", FromVersion: m.o.Version, ToVersion: u.probe.Version, Format: u.format,
 		Steps: seq.snapshot(), AtUnixMs: u.started.UnixMilli(), DurationMs: ms(time.Since(u.started)), Error: err.Error()}

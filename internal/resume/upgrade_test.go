@@ -29,6 +29,7 @@ type journalHandover struct {
 	cannot     error
 	collectErr error
 	hold       bool
+	carried    *os.File // what Collect puts in the state
 }
 
 func (h *journalHandover) Carriable() error { return h.cannot }
@@ -41,8 +42,12 @@ func (h *journalHandover) Suspend(ctx context.Context) error {
 	return nil
 }
 func (h *journalHandover) Unsuspend() { h.j.add("unsuspend") }
-func (h *journalHandover) Collect(*handover.State) error {
+func (h *journalHandover) Collect(s *handover.State) error {
 	h.j.add("collect")
+	if f, err := os.Open(os.DevNull); err == nil {
+		h.carried = f
+		s.PutFile("test", f)
+	}
 	return h.collectErr
 }
 
@@ -80,6 +85,9 @@ func TestUpgradeFailureUndoesWhatItDid(t *testing.T) {
 	if a.State != "failed" || a.ToVersion != "next" || !strings.Contains(a.Error, "cannot say its state") {
 		t.Fatalf("answer %+v", a)
 	}
+	if _, err := h.carried.Stat(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("a descriptor collected for the exec that did not happen is still open (%v)", err)
+	}
 	if st := m.State(); st.Upgrades != 0 || st.LastUpgrade == nil || st.LastUpgrade.State != "failed" {
 		t.Fatalf("health after: %+v", st)
 	}
@@ -100,7 +108,7 @@ func TestUpgradeDeadline(t *testing.T) {
 	}
 	j := &journal{}
 	m := journaled(j, false, Options{Version: "now", Handover: &journalHandover{j: j, hold: true}})
-	u, _, err := m.PrepareUpgrade(context.Background(), UpgradeRequest{Binary: self(t), Deadline: 2 * time.Second})
+	u, _, err := m.PrepareUpgrade(context.Background(), UpgradeRequest{Binary: self(t), Deadline: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
